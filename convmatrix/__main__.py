@@ -1,0 +1,5 @@
+import sys
+
+from convmatrix.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per CLI subcommand, each a thin parser plus a callable function."""

@@ -1,0 +1,101 @@
+"""Finding kernels: registered names (entry-point group ``convmatrix.kernels``) or
+``package.module:attribute`` specs, resolved to kernel objects.
+
+An entry point or attribute may be a kernel object, a kernel class, or a zero-argument factory.
+Loading never imports a device runtime at registry time: adapters import lazily and answer
+``availability()`` with the reason they cannot run here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from convmatrix.kernels.protocol import Kernel
+
+__all__ = ["KernelInfo", "KernelSpecError", "list_kernels", "load", "registered_names"]
+
+GROUP = "convmatrix.kernels"
+
+# Built-ins resolved without package metadata, so a source checkout works uninstalled too.
+_BUILTIN = {
+    "reference": "convmatrix.kernels.reference:ReferenceKernel",
+    "torch": "convmatrix.kernels.framework:TorchKernel",
+}
+
+
+class KernelSpecError(LookupError):
+    """A --kernel SPEC names nothing loadable; the message says what was tried."""
+
+
+def _registered() -> dict[str, str]:
+    found = dict(_BUILTIN)
+    for ep in entry_points(group=GROUP):
+        found[ep.name] = ep.value
+    return found
+
+
+def registered_names() -> list[str]:
+    return sorted(_registered())
+
+
+def _instantiate(obj: Any, spec: str) -> Kernel:
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "forward")):
+        obj = obj()
+    if not isinstance(obj, Kernel):
+        raise KernelSpecError(
+            f"{spec!r} is not a kernel: it needs name, capabilities, forward, update, "
+            "availability and contract_violation (see convmatrix.kernels.KernelBase)"
+        )
+    return obj
+
+
+def _import_attr(target: str, spec: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise KernelSpecError(f"cannot import {module_name!r} for kernel {spec!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise KernelSpecError(f"{module_name!r} has no attribute {attr!r}") from exc
+    return obj
+
+
+def load(spec: str) -> Kernel:
+    """A kernel from a registered name or ``package.module:attr`` (object, class or factory)."""
+    registered = _registered()
+    if spec in registered:
+        return _instantiate(_import_attr(registered[spec], spec), spec)
+    if ":" in spec:
+        return _instantiate(_import_attr(spec, spec), spec)
+    raise KernelSpecError(
+        f"unknown kernel {spec!r}: registered kernels are {', '.join(sorted(registered))}; "
+        "or give package.module:attribute"
+    )
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    target: str
+    status: str  # "available" or "unavailable: <reason>"
+
+
+def list_kernels() -> list[KernelInfo]:
+    """Every registered kernel with its availability on this machine."""
+    infos = []
+    for name, target in sorted(_registered().items()):
+        try:
+            reason = load(name).availability()
+        except Exception as exc:  # a broken plugin must not hide the others
+            reason = f"{type(exc).__name__}: {exc}"
+        infos.append(
+            KernelInfo(name, target, "available" if reason is None else f"unavailable: {reason}")
+        )
+    return infos

@@ -1,0 +1,1 @@
+"""The convmatrix pytest plugin (registered under ``pytest11``); filled in by the runners."""
