@@ -24,7 +24,7 @@ GAPS = ("channel_slice", "row_pad", "batch_pad")
 CHECKS = ("causality", "packed_isolation", "chunk_consistency")
 
 # Fields that are not part of a case's identity.
-_NOT_IDENTITY = frozenset({"id", "checks", "timed"})
+_NOT_IDENTITY = frozenset({"id", "checks", "timed", "expect_reason"})
 
 
 @dataclass(frozen=True)
