@@ -17,7 +17,7 @@ from convmatrix.errors import ConvmatrixError
 
 __all__ = ["main"]
 
-COMMANDS = ("selfcheck", "kernels")
+COMMANDS = ("selfcheck", "kernels", "devices")
 
 
 def build_parser() -> argparse.ArgumentParser:

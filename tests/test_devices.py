@@ -1,0 +1,84 @@
+"""The device layer on this machine (CPU only) and the per-worker pinning rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from convmatrix.cli import main
+from convmatrix.errors import UsageError
+from convmatrix.runners import devices
+
+
+def test_cpu_is_always_available_and_accelerators_say_why_not():
+    found = {b.kind: b for b in devices.discover_all()}
+    assert list(found) == ["cpu", "cuda", "mlu"]
+    assert found["cpu"].available and found["cpu"].count == 1
+    for kind in ("cuda", "mlu"):
+        backend = found[kind]
+        if not backend.available:
+            assert backend.reason and backend.count == 0
+        assert backend.visible_env == devices.VISIBLE_ENV[kind]
+
+
+def test_auto_resolves_to_a_usable_device():
+    device = devices.resolve_device("auto")
+    assert device.type in devices.KINDS
+    assert devices.discover(device.type).available
+
+
+def test_a_cuda_build_without_a_gpu_is_not_a_usable_accelerator(monkeypatch):
+    # torch.accelerator.current_accelerator() answers from the build: a CUDA wheel on a
+    # GPU-less host still says "cuda". Discovery must look at is_available() as well.
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    assert devices.accelerator() == ("cuda", False)
+
+
+@pytest.mark.parametrize("spec", ["gpu", "cuda:x", "tpu:0"])
+def test_bad_device_specs_are_usage_errors(spec):
+    with pytest.raises(UsageError, match="--device"):
+        devices.resolve_device(spec)
+
+
+def test_unusable_device_is_a_usage_error_naming_the_reason():
+    for kind in ("cuda", "mlu"):
+        backend = devices.discover(kind)
+        if backend.available:
+            continue
+        with pytest.raises(UsageError, match=kind):
+            devices.resolve_device(kind)
+
+
+def test_visible_devices_env_maps_worker_index_through_the_parent_restriction():
+    assert devices.visible_devices_env("cpu", 3) == {}
+    assert devices.visible_devices_env("cuda", 2, {}) == {"CUDA_VISIBLE_DEVICES": "2"}
+    parent = {"MLU_VISIBLE_DEVICES": "4, 6,7"}
+    assert devices.visible_devices_env("mlu", 1, parent) == {"MLU_VISIBLE_DEVICES": "6"}
+    with pytest.raises(UsageError, match="index 3 is outside"):
+        devices.visible_devices_env("mlu", 3, parent)
+    with pytest.raises(UsageError, match="unknown device kind"):
+        devices.visible_devices_env("tpu", 0, {})
+
+
+def test_cpu_timer_synchronize_and_memory_hooks():
+    timer = devices.timer("cpu")
+    timer.start()
+    torch.ones(1000).sum()
+    assert timer.stop() >= 0.0
+    devices.synchronize("cpu")  # a no-op, must not raise
+    devices.reset_peak_memory("cpu")
+    assert devices.peak_memory("cpu") is None
+
+
+def test_devices_command_text_and_json(capsys):
+    assert main(["devices"]) == 0
+    text = capsys.readouterr().out
+    assert "--device auto uses:" in text
+    assert "CUDA_VISIBLE_DEVICES" in text and "MLU_VISIBLE_DEVICES" in text
+    assert main(["devices", "--format", "json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert [b["kind"] for b in facts["backends"]] == ["cpu", "cuda", "mlu"]
+    assert facts["auto"] == str(devices.resolve_device("auto"))
