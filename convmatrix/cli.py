@@ -17,7 +17,7 @@ from convmatrix.errors import ConvmatrixError
 
 __all__ = ["main"]
 
-COMMANDS = ("selfcheck", "kernels", "devices")
+COMMANDS = ("selfcheck", "kernels", "devices", "db")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,130 @@
+"""Opening the results database: URL defaults, SQLite settings, migrations on first use.
+
+SQLite is the default (``sqlite:///convmatrix.db`` or ``CONVMATRIX_DB``) and must take two runs
+writing to one file at once: WAL mode lets readers run beside the writer, a busy timeout makes a
+writer wait for the other's short batch instead of failing, and write transactions start with
+``BEGIN IMMEDIATE`` so they take the lock before reading (a deferred transaction that read first
+gets SQLITE_BUSY without waiting). PostgreSQL works through any SQLAlchemy URL; plain
+``postgresql://`` means psycopg 3, the driver convmatrix depends on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, exc, pool
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session
+
+from convmatrix.errors import ConvmatrixError, UsageError
+
+__all__ = [
+    "DEFAULT_URL",
+    "connection_error",
+    "default_url",
+    "make_engine",
+    "redact_url",
+    "write_connection",
+    "write_session",
+]
+
+DEFAULT_URL = "sqlite:///convmatrix.db"
+ENV_VAR = "CONVMATRIX_DB"
+BUSY_TIMEOUT_MS = 60_000
+_WRITE = "convmatrix_write"  # execution option: this transaction will write
+
+
+def default_url() -> str:
+    return os.environ.get(ENV_VAR) or DEFAULT_URL
+
+
+def redact_url(url: str | URL) -> str:
+    """The URL with its password (and any password query parameter) replaced by ``***``."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
+    secret = {k: "***" for k in parsed.query if "password" in k.lower()}
+    return parsed.update_query_dict(secret).render_as_string(hide_password=True)
+
+
+def _parse(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError as err:
+        raise UsageError(
+            f"--db / {ENV_VAR}: {redact_url(url)!r} is not a database URL "
+            "(e.g. sqlite:///convmatrix.db or postgresql://user@host/dbname)"
+        ) from err
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine for ``url`` (default: ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``)."""
+    parsed = _parse(url or default_url())
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        memory = parsed.database in (None, "", ":memory:")
+        if memory:
+            kwargs["poolclass"] = pool.StaticPool  # one connection, or each sees its own db
+        elif parsed.database:
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    else:
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (exc.NoSuchModuleError, ImportError) as err:
+        raise UsageError(f"--db / {ENV_VAR}: cannot use {redact_url(parsed)!r}: {err}") from err
+    if engine.dialect.name == "sqlite":
+        _configure_sqlite(engine, wal=not memory)
+    return engine
+
+
+def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (see below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; WAL-safe
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def write_session(engine: Engine) -> Iterator[Session]:
+    """A session inside one write transaction: committed on exit, rolled back on error.
+
+    On SQLite the transaction takes the write lock up front (waiting up to the busy timeout).
+    """
+    with Session(engine.execution_options(**{_WRITE: True})) as session, session.begin():
+        yield session
+
+
+@contextmanager
+def write_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection inside one write transaction (used for migrations); commits on exit."""
+    with engine.connect() as conn:
+        conn.execution_options(**{_WRITE: True})
+        with conn.begin():
+            yield conn
+
+
+def connection_error(engine: Engine, err: Exception) -> ConvmatrixError:
+    """A one-line error naming the database (without its password) for a failed connection."""
+    reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
+    return ConvmatrixError(f"cannot use database {redact_url(engine.url)}: {reason}")

@@ -1,0 +1,226 @@
+"""The results schema: runs, cases, and one row per output metric, property and timing.
+
+One ``Run`` is one ``convmatrix run`` (kernel, commit, device, matrix, time); a ``CaseRow`` is one
+case's outcome in it, with the matrix dimensions as real columns so history and pivots are plain
+GROUP BYs, and the full ``Case.to_json()`` in ``params`` so a result can be rebuilt exactly.
+Child rows repeat ``run_id`` (and metrics the case's ``x_dtype``) so the two questions reports
+ask most, "history of dtype X" and "this run against that one by case id", hit one index each.
+
+Float errors are nullable because SQLite stores NaN as NULL: the writer stores NaN as NULL on
+every backend and the loader turns NULL back into NaN, so both behave alike.
+Changing these models needs a new migration under ``migrations/versions``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from convmatrix.runners.results import OUTCOMES
+
+__all__ = [
+    "RUN_STATUSES",
+    "Base",
+    "CaseRow",
+    "MetricRow",
+    "PropertyRow",
+    "Run",
+    "TimingRow",
+    "utcnow",
+]
+
+RUN_STATUSES = ("running", "finished", "interrupted")
+
+# Deterministic constraint names, so migrations can refer to (and batch-alter) them everywhere.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """Timestamps are stored in UTC (SQLite keeps no zone; see ``queries._aware``)."""
+    return datetime.now(timezone.utc)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+intpk = Annotated[int, mapped_column(Integer, primary_key=True)]
+str200 = Annotated[str, mapped_column(String(200))]
+str32 = Annotated[str, mapped_column(String(32))]
+hex12 = Annotated[str, mapped_column(String(12))]
+long_text = Annotated[str, mapped_column(Text)]
+json_data = Annotated[Any, mapped_column(JSON)]
+utc_time = Annotated[datetime, mapped_column(DateTime(timezone=True))]
+error = Annotated[float | None, mapped_column()]  # NULL stands for NaN
+run_fk = Annotated[int, mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))]
+case_fk = Annotated[int, mapped_column(ForeignKey("cases.id", ondelete="CASCADE"))]
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Run(Base):
+    """One invocation of ``convmatrix run``; counts are kept current as batches commit."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+        Index(None, "kernel", "started_at"),
+        Index(None, "label"),
+        Index(None, "kernel_commit"),
+    )
+
+    id: Mapped[intpk]
+    kernel: Mapped[str200]
+    kernel_commit: Mapped[str | None] = mapped_column(String(64))
+    kernel_dirty: Mapped[bool | None]
+    matrix: Mapped[str200]
+    matrix_hash: Mapped[str] = mapped_column(String(64))
+    device_kind: Mapped[str32]
+    device_name: Mapped[str200 | None]
+    host: Mapped[str200]
+    pid: Mapped[int | None]  # of the writing process, to spot runs killed without a word
+    versions: Mapped[json_data]  # {"torch": ..., "cuda": ..., "convmatrix": ...}
+    label: Mapped[str200 | None]
+    argv: Mapped[json_data]  # the command line
+    options: Mapped[json_data]  # parsed arguments worth keeping (workers, timeout, ...)
+    geometry: Mapped[json_data | None]
+    started_at: Mapped[utc_time] = mapped_column(default=utcnow)
+    finished_at: Mapped[utc_time | None]
+    status: Mapped[str32] = mapped_column(default="running")
+    n_planned: Mapped[int | None]  # cases the run meant to execute
+    n_passed: Mapped[int] = mapped_column(default=0)
+    n_failed: Mapped[int] = mapped_column(default=0)
+    n_skipped: Mapped[int] = mapped_column(default=0)
+    n_crashed: Mapped[int] = mapped_column(default=0)
+    n_timeout: Mapped[int] = mapped_column(default=0)
+    n_error: Mapped[int] = mapped_column(default=0)
+
+
+class CaseRow(Base):
+    """One case's outcome in one run; its dimensions as columns, the full case in ``params``."""
+
+    __tablename__ = "cases"
+    __table_args__ = (
+        # Also the "diff by case id" index: two runs joined on case_id.
+        UniqueConstraint("run_id", "case_id"),
+        CheckConstraint(_in("outcome", OUTCOMES), name="outcome"),
+        Index(None, "case_id"),
+    )
+
+    id: Mapped[intpk]
+    run_id: Mapped[run_fk]
+    case_id: Mapped[hex12]
+    suite: Mapped[str200]
+    op: Mapped[str32]
+    width: Mapped[int]
+    seqlen: Mapped[int | None]
+    dim: Mapped[int]
+    batch: Mapped[int]
+    layout: Mapped[str32]
+    gap: Mapped[str32 | None]
+    activation: Mapped[str32 | None]
+    bias: Mapped[bool]
+    x_dtype: Mapped[str32]
+    w_dtype: Mapped[str32]
+    initial_state: Mapped[str32 | None]
+    final_state: Mapped[bool | None]
+    dfinal: Mapped[str32 | None]
+    packed: Mapped[bool]
+    tokens: Mapped[int | None]
+    steps: Mapped[int | None]
+    state_len: Mapped[int | None]
+    circular: Mapped[bool | None]
+    slots: Mapped[str32 | None]
+    expect: Mapped[str32]
+    params: Mapped[json_data]  # Case.to_json()
+    outcome: Mapped[str32]
+    message: Mapped[long_text | None]
+    duration_s: Mapped[float]
+    worker: Mapped[str32 | None]
+    created_at: Mapped[utc_time] = mapped_column(default=utcnow)
+
+
+class MetricRow(Base):
+    """Errors of one output of one case (SPEC.md §4), the framework path's, and the verdict."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (
+        UniqueConstraint("case_pk", "output"),
+        Index(None, "x_dtype", "output", "run_id"),  # history of dtype X
+        Index(None, "run_id"),
+    )
+
+    id: Mapped[intpk]
+    case_pk: Mapped[case_fk]
+    run_id: Mapped[run_fk]
+    x_dtype: Mapped[str32]
+    output: Mapped[str32]
+    e_abs: Mapped[error]
+    e_rel: Mapped[error]
+    e_norm: Mapped[error]
+    tau: Mapped[error]
+    scale: Mapped[error]
+    worst_index: Mapped[json_data | None]
+    fw_abs: Mapped[error]
+    fw_rel: Mapped[error]
+    fw_norm: Mapped[error]
+    limit_rel: Mapped[error]
+    limit_norm: Mapped[error]
+    passed: Mapped[bool]
+
+
+class PropertyRow(Base):
+    __tablename__ = "properties"
+    __table_args__ = (Index(None, "run_id"),)
+
+    id: Mapped[intpk]
+    case_pk: Mapped[case_fk]
+    run_id: Mapped[run_fk]
+    name: Mapped[str200]
+    passed: Mapped[bool]
+    detail: Mapped[long_text]
+
+
+class TimingRow(Base):
+    """The fields of ``TimingResult``; ``samples`` keeps every repetition for later statistics."""
+
+    __tablename__ = "timings"
+    __table_args__ = (Index(None, "run_id"),)
+
+    id: Mapped[intpk]
+    case_pk: Mapped[case_fk]
+    run_id: Mapped[run_fk]
+    scope: Mapped[str32]
+    median_s: Mapped[float]
+    min_s: Mapped[float]
+    iqr_s: Mapped[float]
+    n: Mapped[int]
+    cold_s: Mapped[float | None]
+    samples: Mapped[json_data]
+    mode: Mapped[str32 | None]
+    flops: Mapped[float | None]
+    bytes_moved: Mapped[float | None]
+    bound_s: Mapped[float | None]
+    efficiency: Mapped[float | None]

@@ -1,0 +1,302 @@
+"""What commands and reports ask the database, answered as plain dataclasses.
+
+No ORM object leaves this module: reports build their view-models from ``RunInfo``,
+``CaseResult``, ``HistoryPoint`` and ``CasePair``. Aggregates (history) are computed by the
+database with GROUP BY and window functions, never by loading every metric row into Python.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Float, and_, case, func, literal, or_, select
+from sqlalchemy.orm import Session
+
+from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, Run, TimingRow
+from convmatrix.db.records import result_from_rows
+from convmatrix.errors import UsageError
+from convmatrix.matrix.tolerances import OUTPUTS
+from convmatrix.runners.results import OUTCOMES, CaseResult
+
+__all__ = [
+    "CasePair",
+    "HistoryPoint",
+    "RunInfo",
+    "case_pairs",
+    "done_case_ids",
+    "history",
+    "list_runs",
+    "load_results",
+    "resolve_run",
+]
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """Timestamps in UTC with the zone attached (SQLite hands them back without one)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run's metadata and counts by outcome (the columns of ``Run``, as plain data)."""
+
+    id: int
+    kernel: str
+    kernel_commit: str | None
+    kernel_dirty: bool | None
+    matrix: str
+    matrix_hash: str
+    device_kind: str
+    device_name: str | None
+    host: str
+    versions: dict[str, Any]
+    label: str | None
+    argv: list[str]
+    options: dict[str, Any]
+    geometry: dict[str, Any] | None
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    n_planned: int | None
+    counts: dict[str, int]  # outcome -> number of cases, every outcome present
+
+    @property
+    def n_results(self) -> int:
+        return sum(self.counts.values())
+
+    def describe(self) -> str:
+        """One line naming the run, for candidate lists and summaries."""
+        commit = (self.kernel_commit or "no commit")[:12] + ("+dirty" if self.kernel_dirty else "")
+        label = f" label={self.label}" if self.label else ""
+        return (
+            f"run {self.id}: {self.kernel} @ {commit} on {self.device_kind}, matrix "
+            f"{self.matrix}, {self.started_at:%Y-%m-%d %H:%M}{label} ({self.status})"
+        )
+
+
+def _run_info(run: Run) -> RunInfo:
+    return RunInfo(
+        id=run.id,
+        kernel=run.kernel,
+        kernel_commit=run.kernel_commit,
+        kernel_dirty=run.kernel_dirty,
+        matrix=run.matrix,
+        matrix_hash=run.matrix_hash,
+        device_kind=run.device_kind,
+        device_name=run.device_name,
+        host=run.host,
+        versions=run.versions,
+        label=run.label,
+        argv=run.argv,
+        options=run.options,
+        geometry=run.geometry,
+        started_at=_aware(run.started_at),  # type: ignore[arg-type]
+        finished_at=_aware(run.finished_at),
+        status=run.status,
+        n_planned=run.n_planned,
+        counts={o: getattr(run, f"n_{o}") for o in OUTCOMES},
+    )
+
+
+def list_runs(session: Session, *, kernel: str | None = None, limit: int = 50) -> list[RunInfo]:
+    """The newest runs first."""
+    query = select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+    if kernel is not None:
+        query = query.where(Run.kernel == kernel)
+    return [_run_info(run) for run in session.scalars(query)]
+
+
+def resolve_run(session: Session, spec: str | int) -> RunInfo:
+    """The run ``spec`` names: an id, ``latest``, a label, or a kernel commit (prefix).
+
+    Raises ``UsageError`` listing the candidates when nothing or more than one run matches.
+    """
+    text = str(spec).strip()
+    if text == "latest":
+        runs = session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(1))
+        found = [_run_info(r) for r in runs]
+        if not found:
+            raise UsageError("run 'latest': the database holds no runs yet")
+        return found[0]
+    if text.isdigit() and (run := session.get(Run, int(text))) is not None:
+        return _run_info(run)
+    matches = [
+        _run_info(r)
+        for r in session.scalars(
+            select(Run)
+            .where(or_(Run.label == text, Run.kernel_commit.startswith(text, autoescape=True)))
+            .order_by(Run.started_at, Run.id)
+        )
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        recent = "\n  ".join(r.describe() for r in list_runs(session, limit=5))
+        hint = f"; the newest runs are:\n  {recent}" if recent else "; the database holds no runs"
+        raise UsageError(f"run {text!r} matches no run id, label or kernel commit{hint}")
+    listed = "\n  ".join(r.describe() for r in matches)
+    raise UsageError(f"run {text!r} is ambiguous; give one of these ids:\n  {listed}")
+
+
+def done_case_ids(session: Session, run_id: int) -> set[str]:
+    """Ids of the cases the run already holds a result for (``--resume`` skips them)."""
+    return set(session.scalars(select(CaseRow.case_id).where(CaseRow.run_id == run_id)))
+
+
+def load_results(session: Session, run_id: int) -> list[CaseResult]:
+    """Every stored result of the run, rebuilt as ``CaseResult`` records, in write order."""
+    cases = session.execute(
+        select(CaseRow.__table__).where(CaseRow.run_id == run_id).order_by(CaseRow.id)
+    ).all()
+    children: list[dict[int, list[Any]]] = []
+    for model in (MetricRow, PropertyRow, TimingRow):
+        by_case: dict[int, list[Any]] = {}
+        rows = session.execute(
+            select(model.__table__).where(model.run_id == run_id).order_by(model.id)
+        )
+        for row in rows:
+            by_case.setdefault(row.case_pk, []).append(row)
+        children.append(by_case)
+    return [result_from_rows(c, *(by_case.get(c.id, []) for by_case in children)) for c in cases]
+
+
+@dataclass(frozen=True)
+class CasePair:
+    """One case in two runs; ``None`` where a run does not hold it."""
+
+    case_id: str
+    base: CaseResult | None
+    head: CaseResult | None
+
+
+def case_pairs(session: Session, base_run: int, head_run: int) -> list[CasePair]:
+    """Results of two runs matched by case id: head's order first, then base-only cases."""
+    base = {r.case.id: r for r in load_results(session, base_run)}
+    head = {r.case.id: r for r in load_results(session, head_run)}
+    order = list(head) + [cid for cid in base if cid not in head]
+    return [CasePair(cid, base.get(cid), head.get(cid)) for cid in order]
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One output of one run, for one input dtype: worst and median errors, pass rate.
+
+    A NaN error (stored as NULL) counts as +inf: a kernel that emits NaN is the worst case.
+    """
+
+    run_id: int
+    started_at: datetime
+    kernel: str
+    kernel_commit: str | None
+    label: str | None
+    device_kind: str
+    output: str
+    cases: int
+    passed: int
+    worst_rel: float
+    median_rel: float
+    worst_norm: float
+    median_norm: float
+    worst_case_id: str  # the case with the largest e_rel
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.cases if self.cases else 0.0
+
+
+def _median(values: Any, rank: Any, n: Any) -> Any:
+    """Median of ``values`` within a group, from a row number and the group size.
+
+    The middle one (n odd) or the mean of the middle two (n even), as percentile_cont(0.5):
+    portable to SQLite, which has no ordered-set aggregates.
+    """
+    return func.avg(case((or_(rank == (n + 1) // 2, rank == (n + 2) // 2), values)))
+
+
+def history(
+    session: Session,
+    dtype: str,
+    *,
+    kernel: str | None = None,
+    since: datetime | None = None,
+    output: str | None = None,
+) -> list[HistoryPoint]:
+    """Per run (oldest first) and output: errors of the cases whose input dtype is ``dtype``."""
+    inf = literal(math.inf, Float)
+    rel = func.coalesce(MetricRow.e_rel, inf)
+    norm = func.coalesce(MetricRow.e_norm, inf)
+    group = (MetricRow.run_id, MetricRow.output)
+    conditions = [MetricRow.x_dtype == dtype]
+    if output is not None:
+        conditions.append(MetricRow.output == output)
+    if kernel is not None:
+        conditions.append(Run.kernel == kernel)
+    if since is not None:
+        conditions.append(Run.started_at >= _aware(since))
+    ranked = (
+        select(
+            MetricRow.run_id,
+            MetricRow.output,
+            MetricRow.passed,
+            CaseRow.case_id,
+            rel.label("rel"),
+            norm.label("norm"),
+            func.row_number().over(partition_by=group, order_by=rel).label("rel_rank"),
+            func.row_number().over(partition_by=group, order_by=norm).label("norm_rank"),
+            func.count().over(partition_by=group).label("n"),
+        )
+        .join(CaseRow, CaseRow.id == MetricRow.case_pk)
+        .join(Run, Run.id == MetricRow.run_id)
+        .where(and_(*conditions))
+        .subquery()
+    )
+    r = ranked.c
+    per_run = (
+        select(
+            r.run_id,
+            r.output,
+            func.count().label("cases"),
+            func.sum(case((r.passed, 1), else_=0)).label("passed"),
+            func.max(r.rel).label("worst_rel"),
+            _median(r.rel, r.rel_rank, r.n).label("median_rel"),
+            func.max(r.norm).label("worst_norm"),
+            _median(r.norm, r.norm_rank, r.n).label("median_norm"),
+            func.max(case((r.rel_rank == r.n, r.case_id))).label("worst_case_id"),
+        )
+        .group_by(r.run_id, r.output)
+        .subquery()
+    )
+    rows = session.execute(
+        select(per_run, Run.started_at, Run.kernel, Run.kernel_commit, Run.label, Run.device_kind)
+        .join(Run, Run.id == per_run.c.run_id)
+        .order_by(Run.started_at, Run.id)
+    )
+    points = [
+        HistoryPoint(
+            run_id=row.run_id,
+            started_at=_aware(row.started_at),  # type: ignore[arg-type]
+            kernel=row.kernel,
+            kernel_commit=row.kernel_commit,
+            label=row.label,
+            device_kind=row.device_kind,
+            output=row.output,
+            cases=row.cases,
+            passed=int(row.passed),
+            worst_rel=float(row.worst_rel),
+            median_rel=float(row.median_rel),
+            worst_norm=float(row.worst_norm),
+            median_norm=float(row.median_norm),
+            worst_case_id=row.worst_case_id,
+        )
+        for row in rows
+    ]
+    rank = {name: i for i, name in enumerate(OUTPUTS)}
+    points.sort(key=lambda p: (p.started_at, p.run_id, rank.get(p.output, len(rank)), p.output))
+    return points

@@ -1,0 +1,124 @@
+"""Between ``CaseResult`` records and table rows, both ways, in one place.
+
+The writer turns results into plain dicts for bulk inserts; the loader turns rows back into
+results. Values are coerced at this boundary (numpy/torch scalars to ``int``/``float``) so JSON
+columns and drivers only ever see plain Python numbers. NaN is stored as NULL on every backend
+(SQLite does that by itself) and an error that comes back NULL is NaN again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any
+
+from sqlalchemy import Row
+
+from convmatrix.matrix.case import Case
+from convmatrix.runners.results import CaseResult, OutputMetrics, PropertyResult, TimingResult
+
+__all__ = [
+    "CASE_COLUMNS",
+    "case_values",
+    "child_values",
+    "result_from_rows",
+]
+
+# Case fields stored as real columns (the rest live in ``params`` only).
+CASE_COLUMNS = (
+    "suite", "op", "width", "seqlen", "dim", "batch", "layout", "gap", "activation", "bias",
+    "x_dtype", "w_dtype", "initial_state", "final_state", "dfinal", "tokens", "steps",
+    "state_len", "circular", "slots", "expect",
+)  # fmt: skip
+_REQUIRED_ERRORS = ("e_abs", "e_rel", "e_norm", "tau", "scale")
+_OPTIONAL_ERRORS = ("fw_abs", "fw_rel", "fw_norm", "limit_rel", "limit_norm")
+_TIMING_FIELDS = tuple(f.name for f in fields(TimingResult))
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
+    """The ``cases`` row of one result."""
+    case = result.case
+    row = {name: getattr(case, name) for name in CASE_COLUMNS}
+    row.update(
+        run_id=run_id,
+        case_id=case.id,
+        packed=case.seq_lens is not None,
+        params=case.to_json(),
+        outcome=result.outcome,
+        message=result.message,
+        duration_s=float(result.duration_s),
+        worker=result.worker,
+    )
+    return row
+
+
+def _metric(m: OutputMetrics) -> dict[str, Any]:
+    row: dict[str, Any] = {n: _num(getattr(m, n)) for n in _REQUIRED_ERRORS + _OPTIONAL_ERRORS}
+    row.update(
+        output=m.output,
+        worst_index=None if m.worst_index is None else [int(i) for i in m.worst_index],
+        passed=bool(m.passed),
+    )
+    return row
+
+
+def _plain(value: Any) -> Any:
+    """numpy and torch scalars as Python numbers (drivers and JSON take only those)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _timing(t: TimingResult) -> dict[str, Any]:
+    row = {n: _plain(getattr(t, n)) for n in _TIMING_FIELDS}
+    row["samples"] = [float(s) for s in t.samples]
+    return row
+
+
+def child_values(
+    result: CaseResult, case_pk: int, run_id: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ``metrics``, ``properties`` and ``timings`` rows of one stored result."""
+    keys = {"case_pk": case_pk, "run_id": run_id}
+    metrics = [{**_metric(m), **keys, "x_dtype": result.case.x_dtype} for m in result.outputs]
+    props = [
+        {**keys, "name": p.name, "passed": bool(p.passed), "detail": p.detail or ""}
+        for p in result.properties
+    ]
+    timings = [{**_timing(t), **keys} for t in result.timings]
+    return metrics, props, timings
+
+
+def result_from_rows(
+    case: Row[Any], metrics: list[Row[Any]], props: list[Row[Any]], timings: list[Row[Any]]
+) -> CaseResult:
+    """Rebuild the ``CaseResult`` a case row and its child rows were written from."""
+    outputs = [
+        OutputMetrics(
+            output=m.output,
+            **{n: _nan(getattr(m, n)) for n in _REQUIRED_ERRORS},
+            **{n: getattr(m, n) for n in _OPTIONAL_ERRORS},
+            worst_index=m.worst_index,
+            passed=m.passed,
+        )
+        for m in metrics
+    ]
+    return CaseResult(
+        case=Case.from_json(case.params),
+        outcome=case.outcome,
+        duration_s=case.duration_s,
+        message=case.message,
+        outputs=outputs,
+        properties=[PropertyResult(p.name, p.passed, p.detail) for p in props],
+        timings=[TimingResult(**{n: getattr(t, n) for n in _TIMING_FIELDS}) for t in timings],
+        worker=case.worker,
+    )

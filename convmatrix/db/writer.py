@@ -1,0 +1,246 @@
+"""The single writer of a run: results buffered and committed in batches.
+
+The pytest-xdist controller owns one ``ResultWriter``; workers never touch the database. A
+commit per result is about 85x slower on SQLite than one per batch, so results are buffered and
+written every ``batch_size`` results or ``max_delay_s`` seconds, each batch in one transaction
+with bulk inserts. A killed run keeps every committed batch: leaving the ``with`` block by an
+exception or Ctrl-C flushes what is buffered and marks the run ``interrupted``; a run whose
+process died without a word (SIGKILL) is marked ``interrupted`` by the next writer on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from convmatrix.db.engine import write_session
+from convmatrix.db.migrate import ensure_schema
+from convmatrix.db.models import (
+    RUN_STATUSES,
+    CaseRow,
+    MetricRow,
+    PropertyRow,
+    Run,
+    TimingRow,
+    utcnow,
+)
+from convmatrix.db.records import case_values, child_values
+from convmatrix.runners.results import OUTCOMES, CaseResult
+
+__all__ = ["ResultWriter", "RunMeta", "reap_stale_runs"]
+
+
+@dataclass
+class RunMeta:
+    """What identifies a run: kernel and commit, matrix, device, host, versions, label."""
+
+    kernel: str
+    matrix: str
+    matrix_hash: str
+    device_kind: str = "cpu"
+    device_name: str | None = None
+    kernel_commit: str | None = None
+    kernel_dirty: bool | None = None
+    host: str = field(default_factory=socket.gethostname)
+    versions: dict[str, str | None] = field(default_factory=dict)  # torch, cuda, torch_mlu, ...
+    label: str | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    options: dict[str, Any] = field(default_factory=dict)
+    geometry: dict[str, Any] | None = None
+    n_planned: int | None = None
+
+
+def _counts(session: Session, run_id: int) -> Counter[str]:
+    rows = session.execute(
+        select(CaseRow.outcome, func.count())
+        .where(CaseRow.run_id == run_id)
+        .group_by(CaseRow.outcome)
+    )
+    return Counter({outcome: n for outcome, n in rows})
+
+
+def _count_values(counts: Counter[str]) -> dict[str, int]:
+    return {f"n_{o}": counts[o] for o in OUTCOMES}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale_runs(engine: Engine, host: str | None = None) -> list[int]:
+    """Mark ``interrupted`` the runs still ``running`` on this host whose process is gone."""
+    host = host or socket.gethostname()
+    with write_session(engine) as session:
+        stale = [
+            run
+            for run in session.scalars(
+                select(Run).where(Run.status == "running", Run.host == host, Run.pid.is_not(None))
+            )
+            if run.pid is not None and not _alive(run.pid)
+        ]
+        for run in stale:
+            last = session.scalar(
+                select(func.max(CaseRow.created_at)).where(CaseRow.run_id == run.id)
+            )
+            run.status, run.finished_at = "interrupted", last or run.started_at
+            for key, value in _count_values(_counts(session, run.id)).items():
+                setattr(run, key, value)
+        return [run.id for run in stale]
+
+
+class ResultWriter:
+    """Buffers ``CaseResult`` records and commits them to one run in batches.
+
+    Use as a context manager: ``with ResultWriter(engine) as w: run_id = w.start_run(meta)``,
+    then ``w.add(result)`` per result. A clean exit finishes the run; an exception or
+    KeyboardInterrupt flushes and marks it ``interrupted``. A result for a case the run already
+    holds replaces the stored one (resume, retry).
+    """
+
+    def __init__(self, engine: Engine, *, batch_size: int = 200, max_delay_s: float = 2.0):
+        ensure_schema(engine)
+        self.engine = engine
+        self.batch_size = max(1, batch_size)
+        self.max_delay_s = max_delay_s
+        self.run_id: int | None = None
+        self.written = 0  # results committed by this writer
+        self._buffer: dict[str, CaseResult] = {}
+        self._since: float | None = None  # when the oldest buffered result arrived
+        self._counts: Counter[str] = Counter()
+        self._finished = False
+
+    # -- the run ------------------------------------------------------------------------------
+    def start_run(self, meta: RunMeta) -> int:
+        """Create the run row (status ``running``) and return its id."""
+        reap_stale_runs(self.engine, meta.host)
+        with write_session(self.engine) as session:
+            run = Run(**asdict(meta), pid=os.getpid(), status="running", started_at=utcnow())
+            session.add(run)
+            session.flush()
+            self.run_id = run.id
+        self._counts, self._finished = Counter(), False
+        return self.run_id
+
+    def resume_run(self, run_id: int) -> None:
+        """Write into an existing run again (``convmatrix run --resume``): status ``running``."""
+        with write_session(self.engine) as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise LookupError(f"no run {run_id} to resume")
+            run.status, run.finished_at, run.pid = "running", None, os.getpid()
+            self._counts = _counts(session, run_id)
+        self.run_id, self._finished = run_id, False
+
+    def finish_run(self, run_id: int | None = None, status: str = "finished") -> None:
+        """Flush, then store the final counts, ``finished_at`` and ``status``."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+        run_id = self.run_id if run_id is None else run_id
+        if run_id is None:
+            raise RuntimeError("finish_run before start_run")
+        if run_id == self.run_id:
+            self.flush()
+        with write_session(self.engine) as session:
+            values = _count_values(_counts(session, run_id))
+            session.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(status=status, finished_at=utcnow(), **values)
+            )
+        if run_id == self.run_id:
+            self._finished = True
+
+    # -- results ------------------------------------------------------------------------------
+    def add(self, result: CaseResult) -> None:
+        """Buffer one result; commit the buffer when it is full or its oldest entry is due."""
+        if self._since is None:
+            self._since = time.monotonic()
+        self._buffer[result.case.id] = result  # a retry within the batch replaces, too
+        if len(self._buffer) >= self.batch_size or self._due():
+            self.flush()
+
+    def _due(self) -> bool:
+        return self._since is not None and time.monotonic() - self._since >= self.max_delay_s
+
+    def flush(self) -> int:
+        """Commit every buffered result in one transaction; returns how many."""
+        if not self._buffer:
+            return 0
+        if self.run_id is None:
+            raise RuntimeError("start_run or resume_run before writing results")
+        batch, run_id = list(self._buffer.values()), self.run_id
+        with write_session(self.engine) as session:
+            replaced = self._drop_stored(session, run_id, [r.case.id for r in batch])
+            pks = session.scalars(
+                insert(CaseRow).returning(CaseRow.id, sort_by_parameter_order=True),
+                [case_values(r, run_id) for r in batch],
+            ).all()
+            children: tuple[list[dict[str, Any]], ...] = ([], [], [])
+            for result, pk in zip(batch, pks, strict=True):
+                for rows, new in zip(children, child_values(result, pk, run_id), strict=True):
+                    rows.extend(new)
+            for model, rows in zip((MetricRow, PropertyRow, TimingRow), children, strict=True):
+                if rows:
+                    session.execute(insert(model), rows)
+            counts = self._counts.copy()
+            counts.subtract(replaced)
+            counts.update(r.outcome for r in batch)
+            session.execute(update(Run).where(Run.id == run_id).values(**_count_values(counts)))
+        self._counts = counts
+        self._buffer.clear()
+        self._since = None
+        self.written += len(batch)
+        return len(batch)
+
+    @staticmethod
+    def _drop_stored(session: Session, run_id: int, case_ids: list[str]) -> list[str]:
+        """Delete what the run already holds for ``case_ids``; returns the old outcomes."""
+        where = (CaseRow.run_id == run_id, CaseRow.case_id.in_(case_ids))
+        old = session.execute(select(CaseRow.id, CaseRow.outcome).where(*where)).all()
+        if old:
+            pks = [pk for pk, _ in old]
+            for model in (MetricRow, PropertyRow, TimingRow):
+                session.execute(delete(model).where(model.run_id == run_id, model.case_pk.in_(pks)))
+            session.execute(delete(CaseRow).where(CaseRow.id.in_(pks)))
+        return [outcome for _, outcome in old]
+
+    # -- context manager ----------------------------------------------------------------------
+    def __enter__(self) -> ResultWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.run_id is None or self._finished:
+            return
+        if exc_type is None:
+            self.finish_run()
+            return
+        # Leaving by an exception: keep what we have, say the run is incomplete, and let the
+        # original exception propagate (a second failure here must not replace it).
+        try:
+            self.finish_run(status="interrupted")
+        except Exception as err:  # the database itself may be what failed
+            print(
+                f"convmatrix: could not mark run {self.run_id} interrupted "
+                f"({len(self._buffer)} results unsaved): {err}",
+                file=sys.stderr,
+            )
