@@ -1,0 +1,149 @@
+"""Running one case: tensors, kernel, float64 reference, torch path, guards, properties, verdict.
+
+``run_case`` never raises for anything the kernel does: a kernel exception on an in-contract
+case is a ``failed`` result with the exception in its message; only a bug of the harness itself
+escapes (the pytest item turns it into an ``error`` result). Expected-error cases
+(``case.expect == "error"``) pass only when the kernel raises ``ContractError`` or one of its
+declared ``capabilities.error_types``; returning normally or raising anything else fails.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.protocol import ContractError
+from convmatrix.matrix.case import Case
+from convmatrix.matrix.tolerances import Policy, Tolerances
+from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
+from convmatrix.runners.invoke import KernelFault, kernel_outputs, reference_outputs
+from convmatrix.runners.metrics import ErrorMetrics, error_metrics
+from convmatrix.runners.properties import check_guards, run_properties
+from convmatrix.runners.results import CaseResult
+from convmatrix.runners.verdict import judge_output, outcome_of
+
+__all__ = ["Context", "build_inputs", "run_case", "skip_reason"]
+
+# Outputs that are copies of inputs: a kernel must reproduce them bit for bit unless it sets
+# ``exact_state = False`` (e.g. it stores the state in another dtype).
+_EXACT = ("state",)
+
+
+@dataclass
+class Context:
+    """What every case of a run shares."""
+
+    kernel: Any
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    policy: Policy = field(default_factory=Policy)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    framework: Any = field(default_factory=TorchKernel)
+
+
+def skip_reason(kernel: Any, case: Case) -> str | None:
+    """Why this kernel cannot run the case here (a skip, not a failure), or None."""
+    reason = kernel.availability()
+    if reason:
+        return f"kernel {kernel.name!r} unavailable: {reason}"
+    missing = kernel.capabilities.missing_features(case)
+    if missing and case.expect != "error":
+        return f"kernel {kernel.name!r} lacks feature(s) {', '.join(missing)}"
+    return None
+
+
+def build_inputs(case: Case, device: torch.device) -> ForwardInputs | UpdateInputs:
+    return build_update(case, device) if case.op == "update" else build_forward(case, device)
+
+
+def _expect_error(case: Case, ctx: Context) -> tuple[str, str]:
+    """(outcome, message) of an expected-error case: call once and look at what comes back."""
+    inputs = build_inputs(case, ctx.device)
+    accepted = (ContractError, *tuple(ctx.kernel.capabilities.error_types))
+    try:
+        if isinstance(inputs, UpdateInputs):
+            x = inputs.xs[0]
+            ctx.kernel.update(
+                x.view,
+                inputs.pool.view,
+                inputs.weight.view,
+                None if inputs.bias is None else inputs.bias.view,
+                activation=case.activation,
+                cache_seqlens=None if inputs.cache_seqlens is None else inputs.cache_seqlens[0],
+                state_indices=inputs.slots,
+            )
+        else:
+            ctx.kernel.forward(
+                inputs.x.view,
+                inputs.weight.view,
+                None if inputs.bias is None else inputs.bias.view,
+                initial_state=None if inputs.initial_state is None else inputs.initial_state.view,
+                seq_idx=inputs.seq_idx,
+                return_final_state=bool(case.final_state),
+                activation=case.activation,
+            )
+    except accepted as exc:
+        return "passed", f"raised {type(exc).__name__}: {exc}"
+    except Exception as exc:
+        names = ", ".join(t.__name__ for t in accepted)
+        return "failed", f"raised {type(exc).__name__} ({exc}), expected one of: {names}"
+    why = case.expect_reason or "outside the kernel's contract"
+    return "failed", f"returned normally; expected a clean error ({why})"
+
+
+def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
+    """The torch path's outputs on fresh copies of the same values (None if it raised)."""
+    if isinstance(ctx.kernel, TorchKernel):
+        return own
+    try:
+        return kernel_outputs(ctx.framework, case, build_inputs(case, ctx.device))
+    except KernelFault:
+        return None
+
+
+def _metrics(case: Case, ctx: Context, got: dict, ref: dict, fw: dict | None) -> list:
+    exact = getattr(ctx.kernel, "exact_state", True)
+    judged = []
+    for name, r in ref.items():
+        if name not in got:
+            raise KernelFault(f"the kernel produced no {name}")
+        try:
+            m = error_metrics(got[name], r, ctx.policy.tau_scale)
+        except ValueError as exc:
+            raise KernelFault(f"{name}: {exc}") from exc
+        fm: ErrorMetrics | None = None
+        if fw is not None and name in fw:
+            fm = error_metrics(fw[name], r, ctx.policy.tau_scale)
+        tol = ctx.tolerances.lookup(case.x_dtype, name)
+        judged.append(judge_output(name, m, fm, tol, ctx.policy, exact=exact and name in _EXACT))
+    return judged
+
+
+def run_case(case: Case, ctx: Context) -> CaseResult:
+    """Execute and judge one case on ``ctx.device``."""
+    start = time.perf_counter()
+    result = CaseResult(case=case, outcome="passed")
+    reason = skip_reason(ctx.kernel, case)
+    if reason:
+        result.outcome, result.message = "skipped", reason
+    elif case.expect == "error":
+        result.outcome, result.message = _expect_error(case, ctx)
+    else:
+        inputs = build_inputs(case, ctx.device)
+        try:
+            got = kernel_outputs(ctx.kernel, case, inputs)
+            result.properties.append(check_guards(inputs))
+            ref = reference_outputs(case, inputs)
+            fw = _framework_outputs(case, ctx, got)
+            result.outputs = _metrics(case, ctx, got, ref, fw)
+            result.properties += run_properties(ctx.kernel, case, ctx.tolerances, ctx.device)
+            result.outcome = outcome_of(result)
+        except KernelFault as exc:
+            result.outcome, result.message = "failed", str(exc)
+            if not result.properties:
+                result.properties.append(check_guards(inputs))
+    result.duration_s = time.perf_counter() - start
+    return result

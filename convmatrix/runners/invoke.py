@@ -1,0 +1,210 @@
+"""Calling a kernel on a case's tensors, and the float64 reference on the same values.
+
+``kernel_outputs`` runs a kernel (the one under test, or the ``torch`` framework path) and
+returns every compared output by name; ``reference_outputs`` computes the same names in float64
+from exactly the rounded values the kernel saw. Any exception the kernel raises comes back as
+``KernelFault`` so the caller can tell a kernel failure from a harness bug.
+
+Output names (``convmatrix.matrix.tolerances.OUTPUTS``): y and F (final state, when asked),
+dx, dw, db (when bias), dS (when an initial state is given) for ``fwd_bwd``; for ``update`` y
+(all steps' tokens concatenated along time) and state (the pool rows a slot names).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from convmatrix.kernels.reference import conv_backward, conv_forward
+from convmatrix.kernels.semantics import decode_prefix, pool_rows, write_decode_state
+from convmatrix.matrix.case import Case
+from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
+
+__all__ = ["KernelFault", "call_forward", "kernel_outputs", "reference_outputs"]
+
+F64 = torch.float64
+
+
+class KernelFault(Exception):
+    """The kernel raised, or returned something of the wrong structure."""
+
+
+def _kernel_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        raise KernelFault(f"kernel raised {type(exc).__name__}: {exc}") from exc
+
+
+def call_forward(
+    kernel: Any,
+    case: Case,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    final_state: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(y, F or None) from one forward call, checking the returned structure."""
+    out = _kernel_call(
+        kernel.forward,
+        x,
+        weight,
+        bias,
+        initial_state=initial_state,
+        seq_idx=seq_idx,
+        return_final_state=final_state,
+        activation=case.activation,
+    )
+    if final_state:
+        if not (isinstance(out, tuple | list) and len(out) == 2):
+            raise KernelFault("return_final_state=True but the kernel did not return (y, F)")
+        return out[0], out[1]
+    if not isinstance(out, torch.Tensor):
+        raise KernelFault(f"forward returned {type(out).__name__}, not a tensor")
+    return out, None
+
+
+def grads(
+    outs: list[torch.Tensor | None],
+    upstream: list[torch.Tensor | None],
+    params: dict[str, torch.Tensor],
+) -> dict[str, torch.Tensor]:
+    """d(sum <upstream_i, out_i>)/d(params) via autograd; unused parameters get zeros."""
+    pairs = [
+        (o, u.to(o.device, o.dtype))
+        for o, u in zip(outs, upstream, strict=True)
+        if o is not None and u is not None and o.grad_fn is not None
+    ]
+    if not pairs:
+        raise KernelFault("no output of the kernel is differentiable (no grad_fn)")
+    got = _kernel_call(
+        torch.autograd.grad,
+        [o for o, _ in pairs],
+        list(params.values()),
+        [u for _, u in pairs],
+        allow_unused=True,
+    )
+    return {
+        name: torch.zeros_like(p) if d is None else d
+        for (name, p), d in zip(params.items(), got, strict=True)
+    }
+
+
+def _forward_outputs(kernel: Any, case: Case, fi: ForwardInputs) -> dict[str, torch.Tensor]:
+    backward = case.op == "fwd_bwd"
+    params = {"dx": fi.x.view, "dw": fi.weight.view}
+    if fi.bias is not None:
+        params["db"] = fi.bias.view
+    if fi.initial_state is not None:
+        params["dS"] = fi.initial_state.view
+    for p in params.values():
+        p.requires_grad_(backward)
+    with torch.set_grad_enabled(backward):
+        y, final = call_forward(
+            kernel,
+            case,
+            fi.x.view,
+            fi.weight.view,
+            None if fi.bias is None else fi.bias.view,
+            None if fi.initial_state is None else fi.initial_state.view,
+            fi.seq_idx,
+            bool(case.final_state),
+        )
+        out = {"y": y}
+        if final is not None:
+            out["F"] = final
+        if backward:
+            out.update(grads([y, final], [fi.g, fi.q], params))
+    return {k: v.detach() for k, v in out.items()}
+
+
+def _update_outputs(kernel: Any, case: Case, ui: UpdateInputs) -> dict[str, torch.Tensor]:
+    ys = []
+    with torch.no_grad():
+        for i, x in enumerate(ui.xs):
+            y = _kernel_call(
+                kernel.update,
+                x.view,
+                ui.pool.view,
+                ui.weight.view,
+                None if ui.bias is None else ui.bias.view,
+                activation=case.activation,
+                cache_seqlens=None if ui.cache_seqlens is None else ui.cache_seqlens[i],
+                state_indices=ui.slots,
+            )
+            if not isinstance(y, torch.Tensor):
+                raise KernelFault(f"update returned {type(y).__name__}, not a tensor")
+            ys.append(y)
+    try:
+        y_all = torch.cat(ys, dim=2)
+    except RuntimeError as exc:
+        raise KernelFault(f"update outputs do not concatenate: {exc}") from exc
+    return {"y": y_all, "state": ui.pool.view[ui.named_rows].clone()}
+
+
+def kernel_outputs(
+    kernel: Any, case: Case, inputs: ForwardInputs | UpdateInputs
+) -> dict[str, torch.Tensor]:
+    """Every compared output of one kernel on one case's tensors (device tensors)."""
+    if isinstance(inputs, UpdateInputs):
+        return _update_outputs(kernel, case, inputs)
+    return _forward_outputs(kernel, case, inputs)
+
+
+def _reference_forward(case: Case, fi: ForwardInputs) -> dict[str, torch.Tensor]:
+    y, final, saved = conv_forward(
+        fi.x.values,
+        fi.weight.values,
+        None if fi.bias is None else fi.bias.values,
+        None if fi.initial_state is None else fi.initial_state.values,
+        None if fi.seq_idx is None else fi.seq_idx.cpu(),
+        case.activation,
+    )
+    out = {"y": y}
+    if case.final_state:
+        out["F"] = final
+    if case.op == "fwd_bwd":
+        assert fi.g is not None
+        dx, dw, db, ds = conv_backward(saved, fi.weight.values, fi.g, fi.q)
+        out.update(dx=dx, dw=dw)
+        if fi.bias is not None:
+            out["db"] = db
+        if fi.initial_state is not None:
+            out["dS"] = ds
+    return out
+
+
+def _reference_update(case: Case, ui: UpdateInputs) -> dict[str, torch.Tensor]:
+    """y of every new token from one forward over the whole history; the state after all
+    steps by replaying the (exact) state writes."""
+    slots = None if ui.slots is None else ui.slots.cpu()
+    live, rows = pool_rows(slots, case.batch, torch.device("cpu"))
+    x_all = torch.cat([x.values for x in ui.xs], dim=2)
+    state = ui.pool.values.index_select(0, rows)
+    seqlens = None if ui.cache_seqlens is None else [s.cpu()[live] for s in ui.cache_seqlens]
+    prefix = decode_prefix(state, case.width, None if seqlens is None else seqlens[0])
+    y = torch.zeros(x_all.shape, dtype=F64)
+    if live.numel():
+        y[live] = conv_forward(
+            x_all[live],
+            ui.weight.values,
+            None if ui.bias is None else ui.bias.values,
+            prefix,
+            None,
+            case.activation,
+        )[0]
+    for i, x in enumerate(ui.xs):
+        state = write_decode_state(state, x.values[live], None if seqlens is None else seqlens[i])
+    pool = ui.pool.values.clone()
+    pool[rows] = state
+    return {"y": y, "state": pool[ui.named_rows]}
+
+
+def reference_outputs(case: Case, inputs: ForwardInputs | UpdateInputs) -> dict[str, torch.Tensor]:
+    """The float64 reference for every compared output (CPU tensors; state in its dtype)."""
+    if isinstance(inputs, UpdateInputs):
+        return _reference_update(case, inputs)
+    return _reference_forward(case, inputs)

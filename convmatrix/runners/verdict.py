@@ -1,0 +1,126 @@
+"""The one verdict builder: per-output pass/fail and the text that explains a failure.
+
+``judge_output`` applies a case's tolerance row (``Tolerances.lookup(case.x_dtype, output)``)
+and ``Policy`` to measured metrics; ``describe`` turns a ``CaseResult`` into lines naming every
+failing output with its greatest abs and rel difference, where it is, and what was allowed.
+The pytest item, the ``convmatrix run`` summary and the reports all print through here.
+
+Policy modes are rules chosen from a mapping: ``threshold`` (the table's rel/norm limits),
+``framework`` (flash-attention's rule: e <= factor x the torch path's e + floor) and
+``threshold_or_framework`` (either). A non-finite error never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from convmatrix.matrix.tolerances import Policy, Tolerance
+from convmatrix.runners.metrics import ErrorMetrics
+from convmatrix.runners.results import CaseResult, OutputMetrics
+
+__all__ = ["RULES", "describe", "judge_output", "outcome_of", "severity"]
+
+# A rule gives the (rel, norm) limits it allows, or None when it cannot judge (no torch path).
+Rule = Callable[[Tolerance, Policy, ErrorMetrics | None], tuple[float, float] | None]
+
+
+def _threshold(tol: Tolerance, policy: Policy, fw: ErrorMetrics | None) -> tuple[float, float]:
+    return tol.rel, tol.norm
+
+
+def _framework(
+    tol: Tolerance, policy: Policy, fw: ErrorMetrics | None
+) -> tuple[float, float] | None:
+    if fw is None or not (math.isfinite(fw.e_rel) and math.isfinite(fw.e_norm)):
+        return None
+    return policy.factor * fw.e_rel + policy.floor, policy.factor * fw.e_norm + policy.floor
+
+
+RULES: dict[str, tuple[Rule, ...]] = {
+    "threshold": (_threshold,),
+    "framework": (_framework, _threshold),  # threshold only when the torch path is missing
+    "threshold_or_framework": (_threshold, _framework),
+}
+
+
+def judge_output(
+    output: str,
+    m: ErrorMetrics,
+    fw: ErrorMetrics | None,
+    tol: Tolerance,
+    policy: Policy,
+    *,
+    exact: bool = False,
+) -> OutputMetrics:
+    """The recorded metrics of one output with its limits and verdict.
+
+    ``exact`` outputs (a decode state: copies of inputs) must match bit for bit (e_abs == 0).
+    """
+    try:
+        rules = RULES[policy.mode]
+    except KeyError:
+        raise ValueError(f"unknown policy mode {policy.mode!r}: one of {sorted(RULES)}") from None
+    limits = [lim for rule in rules if (lim := rule(tol, policy, fw)) is not None]
+    if policy.mode == "framework":
+        limits = limits[:1]  # the framework rule alone, or the threshold when it cannot judge
+    finite = math.isfinite(m.e_abs)
+    passing = [lim for lim in limits if m.e_rel <= lim[0] and m.e_norm <= lim[1]]
+    chosen = passing[0] if passing else limits[0]
+    passed = finite and bool(passing) and (not exact or m.e_abs == 0.0)
+    return OutputMetrics(
+        output=output,
+        e_abs=m.e_abs,
+        e_rel=m.e_rel,
+        e_norm=m.e_norm,
+        tau=m.tau,
+        scale=m.scale,
+        worst_index=m.worst_index,
+        fw_abs=None if fw is None else fw.e_abs,
+        fw_rel=None if fw is None else fw.e_rel,
+        fw_norm=None if fw is None else fw.e_norm,
+        limit_rel=0.0 if exact else chosen[0],
+        limit_norm=0.0 if exact else chosen[1],
+        passed=passed,
+    )
+
+
+def outcome_of(result: CaseResult) -> str:
+    """passed/failed from the judged outputs and property checks of a completed case."""
+    ok = all(o.passed for o in result.outputs) and all(p.passed for p in result.properties)
+    return "passed" if ok else "failed"
+
+
+def _output_line(o: OutputMetrics) -> str:
+    where = "" if o.worst_index is None else f" at {o.worst_index}"
+    line = (
+        f"{o.output}: e_rel {o.e_rel:.3g} (allowed {o.limit_rel:.3g}), "
+        f"e_norm {o.e_norm:.3g} (allowed {o.limit_norm:.3g}), "
+        f"max|a-r| {o.e_abs:.3g}{where}; tau {o.tau:.3g} (rms of reference {o.scale:.3g})"
+    )
+    if o.fw_rel is not None:
+        line += f"; torch path e_rel {o.fw_rel:.3g}, e_norm {o.fw_norm:.3g}"
+    return line
+
+
+def describe(result: CaseResult) -> list[str]:
+    """Lines explaining a result: the headline, then each failing output and property."""
+    case = result.case
+    head = f"{result.outcome.upper()} {case.pytest_id} [{case.id}]"
+    lines = [head + (f": {result.message}" if result.message else "")]
+    lines += ["  " + _output_line(o) for o in result.outputs if not o.passed]
+    lines += [f"  {p.name}: {p.detail}" for p in result.properties if not p.passed]
+    return lines
+
+
+def severity(result: CaseResult) -> float:
+    """Ordering key for "worst failures": how far past its limit the worst output is.
+
+    Crashes, timeouts, harness errors and failures without a numeric excess rank first (inf).
+    """
+    if result.outcome in ("passed", "skipped"):
+        return 0.0
+    ratios = [
+        o.e_rel / o.limit_rel if o.limit_rel else math.inf for o in result.outputs if not o.passed
+    ]
+    return max(ratios, default=math.inf)
