@@ -47,16 +47,17 @@ def redact_url(url: str | URL) -> str:
     """The URL with its password (and any password query parameter) replaced by ``***``."""
     try:
         parsed = make_url(url)
-    except exc.ArgumentError:
+    except (exc.ArgumentError, ValueError):
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
     secret = {k: "***" for k in parsed.query if "password" in k.lower()}
-    return parsed.update_query_dict(secret).render_as_string(hide_password=True)
+    shown = parsed.update_query_dict(secret).render_as_string(hide_password=True)
+    return shown.replace("%2A%2A%2A", "***")  # the query part comes back URL-quoted
 
 
 def _parse(url: str) -> URL:
     try:
         parsed = make_url(url)
-    except exc.ArgumentError as err:
+    except (exc.ArgumentError, ValueError) as err:
         raise UsageError(
             f"--db / {ENV_VAR}: {redact_url(url)!r} is not a database URL "
             "(e.g. sqlite:///convmatrix.db or postgresql://user@host/dbname)"
