@@ -186,17 +186,21 @@ class ResultWriter:
         batch, run_id = list(self._buffer.values()), self.run_id
         with write_session(self.engine) as session:
             replaced = self._drop_stored(session, run_id, [r.case.id for r in batch])
-            pks = session.scalars(
-                insert(CaseRow).returning(CaseRow.id, sort_by_parameter_order=True),
+            # Core inserts, one multi-row statement per table and page: the ORM's bulk path
+            # (and RETURNING in parameter order on SQLite) falls back to a statement per row.
+            inserted = session.execute(
+                insert(CaseRow.__table__).returning(CaseRow.id, CaseRow.case_id),
                 [case_values(r, run_id) for r in batch],
-            ).all()
+            )
+            pks = {case_id: pk for pk, case_id in inserted}
             children: tuple[list[dict[str, Any]], ...] = ([], [], [])
-            for result, pk in zip(batch, pks, strict=True):
-                for rows, new in zip(children, child_values(result, pk, run_id), strict=True):
-                    rows.extend(new)
+            for result in batch:
+                new = child_values(result, pks[result.case.id], run_id)
+                for rows, more in zip(children, new, strict=True):
+                    rows.extend(more)
             for model, rows in zip((MetricRow, PropertyRow, TimingRow), children, strict=True):
                 if rows:
-                    session.execute(insert(model), rows)
+                    session.execute(insert(model.__table__), rows)
             counts = self._counts.copy()
             counts.subtract(replaced)
             counts.update(r.outcome for r in batch)
