@@ -1,1 +1,32 @@
-"""matrix"""
+"""The YAML matrix language: load a matrix, expand it into cases for a kernel.
+
+spec = load_matrix("nightly")            # or a path; MatrixError (exit 2) when malformed
+expansion = spec.expand(kernel)          # symbols resolve against the kernel's geometry
+for case in expansion.cases: ...         # frozen Case values with stable ids
+"""
+
+from convmatrix.matrix.case import Case
+from convmatrix.matrix.coverage import Coverage, coverage
+from convmatrix.matrix.errors import MatrixError
+from convmatrix.matrix.expand import Expansion
+from convmatrix.matrix.loader import builtin_names, load_matrix
+from convmatrix.matrix.spec import MatrixSpec, SuiteSpec, TimingSettings
+from convmatrix.matrix.tolerances import DEFAULT_TOLERANCES, OUTPUTS, Policy, Tolerance, Tolerances
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "OUTPUTS",
+    "Case",
+    "Coverage",
+    "Expansion",
+    "MatrixError",
+    "MatrixSpec",
+    "Policy",
+    "SuiteSpec",
+    "TimingSettings",
+    "Tolerance",
+    "Tolerances",
+    "builtin_names",
+    "coverage",
+    "load_matrix",
+]

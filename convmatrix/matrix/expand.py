@@ -1,0 +1,203 @@
+"""Expansion: a ``MatrixSpec`` and a kernel in, the ordered list of cases out.
+
+Per suite: resolve which symbols exist (kernel geometry over the matrix's ``geometry:``
+defaults, K from each case), let the suite's strategy pick combinations under the rules, add
+the ``include`` entries, build cases, then classify expected errors: cases SPEC.md §2 rejects
+and cases the kernel's declared contract rejects become ``expect="error"`` with a reason and
+keep the id of the plain case, so one case matches itself across kernels and commits.
+Cases needing features the kernel lacks stay as they are; runners skip them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from convmatrix.matrix.build import build_case, spec_violation
+from convmatrix.matrix.case import Case
+from convmatrix.matrix.errors import MatrixError
+from convmatrix.matrix.rules import Rule, intrinsic_rules
+from convmatrix.matrix.spec import MatrixSpec, SuiteSpec, TimingSettings
+from convmatrix.matrix.strategies import Constraint, SearchBudgetExceeded, Space, make_strategy
+from convmatrix.matrix.symbols import SYMBOL_HELP, Expr
+from convmatrix.matrix.tolerances import Policy, Tolerances
+from convmatrix.matrix.values import Packing, Value
+
+if TYPE_CHECKING:
+    from convmatrix.kernels.protocol import Kernel
+
+__all__ = ["Expansion", "SuiteExpansion", "expand"]
+
+
+@dataclass
+class SuiteExpansion:
+    """One suite's combinations, kept for coverage reports."""
+
+    suite: SuiteSpec
+    strategy: str
+    dims: tuple[str, ...]
+    space: Space
+    rows: list[tuple[int, ...]]  # generated, as value indices into suite.dimensions
+    include_rows: list[dict[str, Value]]
+    cases: list[Case]
+
+
+@dataclass
+class Expansion:
+    matrix: MatrixSpec
+    cases: list[Case]
+    tolerances: Tolerances
+    policy: Policy
+    timeout_s: float
+    timing: TimingSettings
+    counts: dict[str, int]  # cases per suite
+    strategy: dict[str, str]  # strategy per suite, e.g. "pairwise"
+    geometry: dict[str, int] = field(default_factory=dict)  # symbols used for this kernel
+    kernel: str | None = None
+    suites: list[SuiteExpansion] = field(default_factory=list, repr=False)
+
+    def by_id(self) -> dict[str, Case]:
+        return {case.id: case for case in self.cases}
+
+
+def _exprs(data: object) -> list[Expr]:
+    if isinstance(data, Expr):
+        return [data]
+    if isinstance(data, Packing):
+        return [e for v in (*(data.lengths or ()), *data.at, data.pad) for e in _exprs(v)]
+    return []
+
+
+def _check_symbols(values: Sequence[Value], geometry: Mapping[str, int], source: str) -> None:
+    known = {"K", "L", *geometry}
+    for value in values:
+        for expr in _exprs(value.data):
+            for name in expr.names:
+                if name not in known:
+                    raise MatrixError(
+                        value.mark,
+                        value.path,
+                        f"cannot resolve {expr.text!r}: {source} declares no {name!r} "
+                        f"({SYMBOL_HELP[name]}); add it to the matrix's 'geometry:' defaults "
+                        "or use a kernel that declares it",
+                    )
+
+
+def _space(suite: SuiteSpec, rules: Sequence[Rule]) -> Space:
+    dims = list(suite.dimensions)
+    columns = [suite.dimensions[d] for d in dims]
+
+    def wrap(rule: Rule) -> Constraint:
+        idx = tuple(dims.index(d) for d in rule.dims)
+
+        def check(values: tuple[int, ...]) -> str | None:
+            picked = {dims[i]: columns[i][v] for i, v in zip(idx, values, strict=True)}
+            return rule.check(picked)
+
+        return Constraint(idx, check)
+
+    return Space([len(c) for c in columns], [wrap(r) for r in rules])
+
+
+def _first_violation(rules: Sequence[Rule], values: Mapping[str, Value]) -> Rule | None:
+    return next((r for r in rules if r.check(values) is not None), None)
+
+
+def _expand_suite(
+    suite: SuiteSpec, geometry: Mapping[str, int], kernel: Kernel | None, source: str
+) -> SuiteExpansion:
+    dims = tuple(suite.dimensions)
+    all_values = [v for vals in suite.dimensions.values() for v in vals]
+    _check_symbols(
+        all_values + [v for inc in suite.includes for v in inc.values.values()], geometry, source
+    )
+    rules = [*intrinsic_rules(dims, geometry), *suite.rules]
+    space = _space(suite, rules)
+    strategy = make_strategy(suite.strategy, suite.strategy_params)
+    try:
+        rows = strategy.generate(space, suite.seed)
+    except SearchBudgetExceeded as exc:
+        raise MatrixError(
+            suite.mark, suite.path, f"rules too intricate to satisfy: {exc}"
+        ) from None
+    if not rows and not suite.includes:
+        why = space.last_reason or "every combination is invalid"
+        raise MatrixError(suite.mark, suite.path, f"the suite expands to no case: {why}")
+    _check_values_used(suite, space, rows)
+    include_rows = [_include_row(suite, inc, rules) for inc in suite.includes]
+    cases: list[Case] = []
+    for row in rows:
+        values = {d: suite.dimensions[d][i] for d, i in zip(dims, row, strict=True)}
+        cases.append(build_case(suite, values, geometry))
+    for inc, values in zip(suite.includes, include_rows, strict=True):
+        cases.append(build_case(suite, values, geometry, expect=inc.expect, checks=inc.checks))
+    cases = list({c.id: _classify(c, kernel) for c in cases}.values())
+    return SuiteExpansion(suite, suite.describe_strategy(), dims, space, rows, include_rows, cases)
+
+
+def _check_values_used(suite: SuiteSpec, space: Space, rows: list[tuple[int, ...]]) -> None:
+    """Every declared value must occur in some case, else the rules contradict the dimension."""
+    dims = list(suite.dimensions)
+    for dim in suite.declared:
+        i = dims.index(dim)
+        used = {row[i] for row in rows}
+        for v, value in enumerate(suite.dimensions[dim]):
+            if v in used:
+                continue
+            partial: list[int | None] = [None] * len(dims)
+            partial[i] = v
+            space.last_reason = None
+            why = space.violation(partial) or (
+                None if space.complete(partial) is not None else space.last_reason
+            )
+            raise MatrixError(
+                value.mark,
+                value.path,
+                f"no valid case has {dim}={value.label}: "
+                f"{why or 'the strategy never needed it'} (contradicting rules?)",
+            )
+
+
+def _include_row(suite: SuiteSpec, inc, rules: Sequence[Rule]) -> dict[str, Value]:
+    values = {d: inc.values.get(d, vals[0]) for d, vals in suite.dimensions.items()}
+    broken = _first_violation(rules, values)
+    if broken is not None:
+        reason = broken.check(values)
+        if broken in suite.rules:
+            raise MatrixError(inc.mark, inc.path, f"include entry contradicts {reason}")
+        raise MatrixError(inc.mark, inc.path, f"include entry is not a valid case: {reason}")
+    return values
+
+
+def _classify(case: Case, kernel: Kernel | None) -> Case:
+    if case.expect != "ok":
+        return case
+    reason = spec_violation(case)
+    if reason is None and kernel is not None:
+        reason = kernel.contract_violation(case)
+    if reason is None:
+        return case
+    return dataclasses.replace(case, expect="error", expect_reason=reason, id=case.id)
+
+
+def expand(spec: MatrixSpec, kernel: Kernel | None = None) -> Expansion:
+    """All cases of ``spec`` for ``kernel``, suites in file order, deterministic."""
+    declared = kernel.capabilities.geometry.symbols() if kernel is not None else {}
+    geometry = {**spec.geometry, **declared}
+    source = f"kernel {kernel.name!r}" if kernel is not None else "no kernel given and the matrix"
+    suites = [_expand_suite(s, geometry, kernel, source) for s in spec.suites]
+    return Expansion(
+        matrix=spec,
+        cases=[c for s in suites for c in s.cases],
+        tolerances=spec.tolerances,
+        policy=spec.policy,
+        timeout_s=spec.timeout_s,
+        timing=spec.timing,
+        counts={s.suite.name: len(s.cases) for s in suites},
+        strategy={s.suite.name: s.strategy for s in suites},
+        geometry=dict(geometry),
+        kernel=kernel.name if kernel is not None else None,
+        suites=suites,
+    )

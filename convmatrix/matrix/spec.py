@@ -1,0 +1,110 @@
+"""A loaded matrix: frozen, validated records. Nothing downstream reads the YAML again.
+
+``MatrixSpec.expand(kernel)`` turns it into cases for one kernel (symbols resolve against
+that kernel's geometry); see ``convmatrix.matrix.expand``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from convmatrix.matrix.errors import Mark
+from convmatrix.matrix.rules import Rule
+from convmatrix.matrix.tolerances import Policy, Tolerances
+from convmatrix.matrix.values import Value
+
+if TYPE_CHECKING:
+    from convmatrix.kernels.protocol import Kernel
+    from convmatrix.matrix.expand import Expansion
+
+__all__ = ["IncludeSpec", "MatrixSpec", "SuiteSpec", "TimingSettings"]
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How timed cases (``Case.timed``, set by a suite's ``timed: true``) are measured.
+
+    ``warmup`` calls are discarded (the first is reported apart: compile/allocation),
+    ``repeats`` timed calls follow, and a case stops repeating once ``budget_s`` is spent.
+    """
+
+    warmup: int = 3
+    repeats: int = 10
+    budget_s: float = 2.0
+    suites: tuple[str, ...] = ()  # suites whose cases are timed
+
+
+@dataclass(frozen=True)
+class IncludeSpec:
+    """One ``include`` entry: an extra case; dimensions it omits take their first value."""
+
+    values: Mapping[str, Value]
+    expect: str | None
+    checks: tuple[str, ...] | None
+    mark: Mark
+    path: str
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    op: str
+    strategy: str
+    strategy_params: Mapping[str, int]
+    seed: int
+    # Every dimension of the op, in canonical order; undeclared ones hold their default.
+    dimensions: Mapping[str, tuple[Value, ...]]
+    declared: tuple[str, ...]  # the dimensions written in the file
+    includes: tuple[IncludeSpec, ...]
+    rules: tuple[Rule, ...]  # exclude entries and constraints
+    checks: tuple[str, ...]
+    expect: str
+    timed: bool
+    description: str
+    mark: Mark
+    path: str
+
+    @property
+    def cartesian_size(self) -> int:
+        """Size of the plain cartesian product, before rules (what ``full`` would start from)."""
+        size = 1
+        for values in self.dimensions.values():
+            size *= len(values)
+        return size
+
+    def describe_strategy(self) -> str:
+        if self.strategy == "twise":
+            return f"twise(t={self.strategy_params.get('t', 2)})"
+        return self.strategy
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    name: str
+    path: str
+    content_hash: str  # sha256 of the file bytes
+    description: str
+    seed: int
+    geometry: Mapping[str, int]  # defaults for symbols the kernel does not declare
+    suites: tuple[SuiteSpec, ...]
+    tolerances: Tolerances
+    policy: Policy
+    timeout_s: float
+    timing: TimingSettings
+    mark: Mark
+
+    def expand(self, kernel: Kernel | None = None) -> Expansion:
+        """The cases for ``kernel`` (None: symbols from the matrix's ``geometry:`` only)."""
+        from convmatrix.matrix.expand import expand
+
+        return expand(self, kernel)
+
+    def suite(self, name: str) -> SuiteSpec:
+        for suite in self.suites:
+            if suite.name == name:
+                return suite
+        raise KeyError(name)
