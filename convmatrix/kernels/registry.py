@@ -23,6 +23,8 @@ GROUP = "convmatrix.kernels"
 _BUILTIN = {
     "reference": "convmatrix.kernels.reference:ReferenceKernel",
     "torch": "convmatrix.kernels.framework:TorchKernel",
+    "tiled": "convmatrix.kernels.tiled:TiledKernel",
+    "tiled-small": "convmatrix.kernels.tiled:small",
 }
 
 
