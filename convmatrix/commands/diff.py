@@ -1,0 +1,135 @@
+"""``convmatrix diff BASE HEAD``: what changed between two runs, for a person and for CI.
+
+Prints a text summary, writes the HTML (and JSON beside it) with ``--out``, and exits 1 when a
+``--fail-on`` condition holds. ``--previous HEAD`` compares HEAD with the newest earlier run of
+the same kernel, matrix and device (what ``nox -s matrix`` does each night); with no such run
+there is nothing to compare and the exit status is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from convmatrix.commands.report import DB_HELP, RUN_HELP
+from convmatrix.errors import UsageError
+from convmatrix.reports.diff import FAIL_ON, DiffOptions, DiffView, build_diff, summary_text
+from convmatrix.reports.render import write_report
+from convmatrix.reports.source import load_run, open_for_reading, previous_run
+from convmatrix.reports.timing_compare import TimingRule
+
+__all__ = ["add_parser", "diff_command", "diff_runs"]
+
+
+def diff_runs(
+    base: str | None, head: str, options: DiffOptions, db: str | None = None
+) -> DiffView | None:
+    """The diff of two runs; ``base=None`` means the previous run of HEAD's kernel (``None``
+    is returned when there is none)."""
+    engine, url = open_for_reading(db)
+    try:
+        with Session(engine) as session:
+            new = load_run(session, head, url, what="HEAD")
+            if base is None:
+                prev = previous_run(session, new.info)
+                if prev is None:
+                    return None
+                base = str(prev.id)
+            old = load_run(session, base, url, what="BASE")
+    finally:
+        engine.dispose()
+    return build_diff(old.header, old.results, new.header, new.results, options)
+
+
+def _floors(values: list[str]) -> tuple[float | None, dict[str, float]]:
+    """``--floor 1e-6`` (every dtype) and ``--floor bfloat16=1e-2`` (one dtype)."""
+    common: float | None = None
+    per_dtype: dict[str, float] = {}
+    for text in values:
+        dtype, _, number = text.rpartition("=")
+        try:
+            value = float(number)
+        except ValueError:
+            raise UsageError(f"--floor {text!r}: expected a number or DTYPE=NUMBER") from None
+        if dtype:
+            per_dtype[dtype] = value
+        else:
+            common = value
+    return common, per_dtype
+
+
+def _fail_on(values: list[str]) -> list[str]:
+    conditions = [c.strip() for v in values for c in v.split(",") if c.strip()]
+    unknown = [c for c in conditions if c not in FAIL_ON]
+    if unknown:
+        raise UsageError(f"--fail-on {unknown[0]!r}: choose from {', '.join(FAIL_ON)}")
+    return conditions
+
+
+def diff_command(args: argparse.Namespace) -> int:
+    if args.previous and len(args.runs) != 1:
+        raise UsageError("--previous takes exactly one run: convmatrix diff --previous HEAD")
+    if not args.previous and len(args.runs) != 2:
+        raise UsageError("give two runs, BASE and HEAD (or --previous HEAD)")
+    if args.factor <= 1:
+        raise UsageError(f"--factor {args.factor}: must be greater than 1")
+    conditions = _fail_on(args.fail_on)
+    floor, floors = _floors(args.floor)
+    options = DiffOptions(
+        factor=args.factor, floor=floor, floors=floors,
+        timing=TimingRule(ratio=args.timing_ratio, alpha=args.timing_alpha),
+    )  # fmt: skip
+    base, head = (None, args.runs[0]) if args.previous else args.runs
+    view = diff_runs(base, head, options, args.db)
+    if view is None:
+        print(f"diff: no earlier run of the kernel of run {head!r} to compare with")
+        return 0
+    print(summary_text(view))
+    if args.out is not None:
+        html, data = write_report(view, args.out)
+        print(f"diff report: {html} (data: {data})")
+    held = [c for c in conditions if view.conditions()[c]]
+    if held:
+        print(f"diff: failing on {', '.join(held)}")
+        return 1
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "diff",
+        help="compare two runs (two kernel commits) case by case",
+        description="Compare two runs matched by case id: new failures, fixed, still failing, "
+        "error and timing regressions, cases added or removed.",
+    )
+    parser.add_argument("runs", nargs="*", metavar="RUN", help=f"BASE and HEAD: {RUN_HELP}")
+    parser.add_argument(
+        "--previous", action="store_true",
+        help="compare HEAD with the newest earlier run of its kernel, matrix and device",
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write the HTML diff here")
+    parser.add_argument(
+        "--fail-on", action="append", default=[], metavar="CONDITION",
+        help=f"exit 1 when this holds: {', '.join(FAIL_ON)} (repeat or comma-separate)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--factor", type=float, default=DiffOptions.factor,
+        help="error regression: e_rel or e_norm grew by more than this (default 2.0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--floor", action="append", default=[], metavar="[DTYPE=]VALUE",
+        help="noise floor below which errors never regress (default: 4 unit roundoffs of the "
+        "dtype, 16 for dw/db; fp32 2.4e-7, fp16 2e-3, bf16 1.6e-2)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timing-ratio", type=float, default=TimingRule.ratio,
+        help="timing regression: median grew by more than this (default 1.1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timing-alpha", type=float, default=TimingRule.alpha,
+        help="significance of the Mann-Whitney U test on the samples (default 0.01)",
+    )  # fmt: skip
+    parser.add_argument("--db", metavar="URL", help=DB_HELP)
+    parser.set_defaults(handler=diff_command)

@@ -1,0 +1,134 @@
+"""``convmatrix history --dtype DT``: how one dtype's errors moved over the runs.
+
+Per run (oldest first, labelled by kernel commit): worst and median e_rel and e_norm of each
+output, case count and pass rate, as a table, CSV, JSON or an HTML page with line charts. The
+aggregates are computed by the database (``convmatrix.db.history``), not in Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from convmatrix.commands.report import DB_HELP
+from convmatrix.db import history, redact_url
+from convmatrix.errors import UsageError
+from convmatrix.matrix.tolerances import OUTPUTS
+from convmatrix.reports.history_view import (
+    FLAT_COLUMNS,
+    HistoryView,
+    build_history_view,
+    flat_rows,
+    parse_since,
+)
+from convmatrix.reports.render import fmt_num, fmt_pct, render_html, write_report
+from convmatrix.reports.source import open_for_reading, run_case_counts
+from convmatrix.reports.viewmodel import to_jsonable
+
+__all__ = ["add_parser", "history_command", "load_history"]
+
+FORMATS = ("table", "csv", "json", "html")
+DTYPES = {
+    "fp32": "float32", "f32": "float32", "float": "float32",
+    "fp16": "float16", "f16": "float16", "half": "float16",
+    "bf16": "bfloat16", "fp64": "float64", "f64": "float64", "double": "float64",
+}  # fmt: skip
+
+
+def load_history(
+    dtype: str,
+    *,
+    output: str | None = None,
+    kernel: str | None = None,
+    since: str | None = None,
+    db: str | None = None,
+) -> HistoryView:
+    """The history view of ``dtype`` (aliases such as ``bf16`` accepted)."""
+    dtype = DTYPES.get(dtype.lower(), dtype)
+    if output is not None and output not in OUTPUTS:
+        raise UsageError(f"--output {output!r}: choose from {', '.join(OUTPUTS)}")
+    moment = parse_since(since)
+    engine, url = open_for_reading(db)
+    try:
+        with Session(engine) as session:
+            points = history(session, dtype, kernel=kernel, since=moment, output=output)
+            counts = run_case_counts(session, dtype, sorted({p.run_id for p in points}))
+    finally:
+        engine.dispose()
+    return build_history_view(
+        points, counts, dtype=dtype, database=redact_url(url), output=output, kernel=kernel,
+        since=moment,
+    )  # fmt: skip
+
+
+def _table(view: HistoryView) -> str:
+    rows = flat_rows(view)
+    cells = [list(FLAT_COLUMNS)]
+    for row in rows:
+        cells.append(
+            [
+                fmt_pct(v) if k == "run_pass_rate" else fmt_num(v) if isinstance(v, float)
+                else (v[:10] if k == "commit" else str(v))
+                for k, v in row.items()
+            ]
+        )  # fmt: skip
+    widths = [max(len(r[i]) for r in cells) for i in range(len(FLAT_COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
+
+
+def _csv(view: HistoryView) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FLAT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(flat_rows(view))
+    return buffer.getvalue()
+
+
+def history_command(args: argparse.Namespace) -> int:
+    view = load_history(
+        args.dtype, output=args.output, kernel=args.kernel, since=args.since, db=args.db
+    )
+    if not view.runs:
+        print(f"history: no run holds metrics for dtype {view.dtype}", file=sys.stderr)
+    if args.format == "html" and args.out is not None:
+        html, data = write_report(view, args.out)
+        print(f"history report: {html} (data: {data})")
+        return 0
+    text = {
+        "table": _table,
+        "csv": _csv,
+        "json": lambda v: json.dumps(to_jsonable(v), indent=1, allow_nan=False) + "\n",
+        "html": render_html,
+    }[args.format](view)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "history",
+        help="error history of one dtype over the runs",
+        description="Per run (oldest first): worst and median e_rel and e_norm of each output "
+        "for cases of one input dtype, with case count and pass rate.",
+    )
+    parser.add_argument("--dtype", required=True, help="input dtype: float32, bfloat16 (bf16)...")
+    parser.add_argument("--output", help=f"only this output: {', '.join(OUTPUTS)}")
+    parser.add_argument("--kernel", help="only runs of this kernel (as recorded by the run)")
+    parser.add_argument("--since", help="only runs started since: 2025-01-31, or 30d")
+    parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE",
+        help="write here instead of stdout (html: the page and its JSON beside it)",
+    )  # fmt: skip
+    parser.add_argument("--db", metavar="URL", help=DB_HELP)
+    parser.set_defaults(handler=history_command)

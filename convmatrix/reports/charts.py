@@ -1,0 +1,58 @@
+"""The history report's charts: one per output (worst and median e_rel and e_norm) and one
+for the pass rate, over the runs in time order, failing runs shaded."""
+
+from __future__ import annotations
+
+from markupsafe import Markup
+
+from convmatrix.reports.history_view import HistoryRun, HistoryView
+from convmatrix.reports.svg import Series, line_chart
+
+__all__ = ["history_charts"]
+
+_STATS = (
+    ("worst e_rel", "worst_rel", False),
+    ("median e_rel", "median_rel", True),
+    ("worst e_norm", "worst_norm", False),
+    ("median e_norm", "median_norm", True),
+)
+
+
+def _tip(run: HistoryRun, what: str, value: float) -> str:
+    where = f"run {run.run_id} @ {run.commit or run.label or '-'} ({run.started_at})"
+    return f"{where}: {what} {value:.3g}"
+
+
+def history_charts(view: HistoryView) -> list[Markup]:
+    """SVG charts for ``view``: errors per output (log scale), then the pass rate."""
+    labels = [run.tag for run in view.runs]
+    marks = [run.failing for run in view.runs]
+    charts = []
+    for output in view.outputs:
+        series = []
+        for name, attr, dashed in _STATS:
+            values: list[float | None] = []
+            tips: list[str] = []
+            for run in view.runs:
+                stats = run.outputs.get(output)
+                value = getattr(stats, attr) if stats else None
+                values.append(value)
+                tips.append(_tip(run, name, value) if value is not None else "")
+            series.append(Series(name, values, dashed=dashed, tips=tips))
+        title = f"{view.dtype} {output}: errors per run"
+        charts.append(line_chart(title, labels, series, marks=marks))
+    rates = [run.pass_rate for run in view.runs]
+    tips = [
+        _tip(r, "pass rate", v) if v is not None else ""
+        for r, v in zip(view.runs, rates, strict=True)
+    ]
+    charts.append(
+        line_chart(
+            f"{view.dtype}: pass rate per run",
+            labels,
+            [Series("pass rate", rates, tips=tips)],
+            log_y=False,
+            marks=marks,
+        )
+    )
+    return charts

@@ -1,0 +1,177 @@
+"""How one dtype's errors moved over time: one entry per run, oldest first.
+
+The numbers come from the database (``convmatrix.db.history``: worst and median e_rel and
+e_norm per run and output, computed with GROUP BY and window functions), plus one small GROUP BY
+over cases for each run's case count and pass rate at that dtype. Nothing here scans metric
+rows in Python; this module only arranges the aggregates for tables, CSV, JSON and charts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from convmatrix.db.queries import HistoryPoint
+from convmatrix.errors import UsageError
+
+__all__ = [
+    "HistoryRun",
+    "HistoryView",
+    "OutputStats",
+    "build_history_view",
+    "flat_rows",
+    "parse_since",
+]
+
+
+@dataclass
+class OutputStats:
+    cases: int
+    passed: int
+    worst_rel: float
+    median_rel: float
+    worst_norm: float
+    median_norm: float
+    worst_case_id: str
+
+
+@dataclass
+class HistoryRun:
+    """One run: the x position of the charts, labelled by its commit."""
+
+    run_id: int
+    started_at: str
+    kernel: str
+    commit: str | None
+    label: str | None
+    device: str
+    cases: int  # cases of this dtype in the run
+    passed: int
+    bad: int  # failed, crashed, timeout or error
+    outputs: dict[str, OutputStats] = field(default_factory=dict)
+    pass_rate: float | None = None  # passed / (passed + bad); None when nothing was judged
+    failing: bool = False  # a bad case, or an output that failed its limits
+    tag: str = ""  # the x label: short commit, else label, else "run N"
+
+    def finish(self) -> None:
+        """Fill the derived fields once every output is in."""
+        judged = self.passed + self.bad
+        self.pass_rate = self.passed / judged if judged else None
+        self.failing = self.bad > 0 or any(s.passed < s.cases for s in self.outputs.values())
+        self.tag = (self.commit or "")[:8] or self.label or f"run {self.run_id}"
+
+
+@dataclass
+class HistoryView:
+    kind: str
+    dtype: str
+    output: str | None
+    kernel: str | None
+    since: str | None
+    database: str
+    outputs: list[str]
+    runs: list[HistoryRun]
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """``--since``: an ISO date or date-time (UTC if no zone), or ``N`` days back as ``30d``."""
+    if text is None:
+        return None
+    if m := re.fullmatch(r"(\d+)d", text.strip()):
+        return datetime.now(timezone.utc) - timedelta(days=int(m.group(1)))
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r}: expected a date such as 2025-01-31, a date-time such as "
+            "2025-01-31T12:00, or a number of days such as 30d"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def build_history_view(
+    points: Sequence[HistoryPoint],
+    counts: Mapping[int, tuple[int, int, int]],
+    *,
+    dtype: str,
+    database: str,
+    output: str | None = None,
+    kernel: str | None = None,
+    since: datetime | None = None,
+) -> HistoryView:
+    """Group the per-(run, output) points by run, keeping the database's order (by time)."""
+    runs: dict[int, HistoryRun] = {}
+    outputs: list[str] = []
+    for p in points:
+        run = runs.get(p.run_id)
+        if run is None:
+            cases, passed, bad = counts.get(p.run_id, (0, 0, 0))
+            run = runs[p.run_id] = HistoryRun(
+                run_id=p.run_id,
+                started_at=p.started_at.isoformat(timespec="seconds"),
+                kernel=p.kernel,
+                commit=p.kernel_commit,
+                label=p.label,
+                device=p.device_kind,
+                cases=cases,
+                passed=passed,
+                bad=bad,
+            )
+        run.outputs[p.output] = OutputStats(
+            cases=p.cases,
+            passed=p.passed,
+            worst_rel=p.worst_rel,
+            median_rel=p.median_rel,
+            worst_norm=p.worst_norm,
+            median_norm=p.median_norm,
+            worst_case_id=p.worst_case_id,
+        )
+        if p.output not in outputs:
+            outputs.append(p.output)
+    for run in runs.values():
+        run.finish()
+    return HistoryView(
+        kind="history",
+        dtype=dtype,
+        output=output,
+        kernel=kernel,
+        since=since.isoformat(timespec="seconds") if since else None,
+        database=database,
+        outputs=outputs,
+        runs=list(runs.values()),
+    )
+
+
+FLAT_COLUMNS = (
+    "run_id", "started_at", "kernel", "commit", "label", "run_cases", "run_pass_rate",
+    "output", "cases", "passed", "worst_rel", "median_rel", "worst_norm", "median_norm",
+)  # fmt: skip
+
+
+def flat_rows(view: HistoryView) -> list[dict[str, Any]]:
+    """One row per (run, output), columns ``FLAT_COLUMNS``: for the table and CSV formats."""
+    rows = []
+    for run in view.runs:
+        for output, s in run.outputs.items():
+            rows.append(
+                {
+                    "run_id": run.run_id,
+                    "started_at": run.started_at,
+                    "kernel": run.kernel,
+                    "commit": run.commit or "",
+                    "label": run.label or "",
+                    "run_cases": run.cases,
+                    "run_pass_rate": run.pass_rate,
+                    "output": output,
+                    "cases": s.cases,
+                    "passed": s.passed,
+                    "worst_rel": s.worst_rel,
+                    "median_rel": s.median_rel,
+                    "worst_norm": s.worst_norm,
+                    "median_norm": s.median_norm,
+                }
+            )
+    return rows

@@ -1,0 +1,127 @@
+"""Rendering view-models to self-contained HTML (Jinja2, autoescaped) and JSON beside it.
+
+Every page inlines its stylesheet, script and SVG charts and opens from disk with no network
+access. Autoescaping is on for every template, so a kernel whose error message is
+``<script>alert(1)</script>`` shows that text. As a second line of defence each page carries a
+Content-Security-Policy that forbids every fetch and allows only our own inline script, by hash:
+an injected script would not run even if escaping were ever bypassed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
+from convmatrix import __version__
+from convmatrix.reports.charts import history_charts
+from convmatrix.reports.viewmodel import write_json
+
+__all__ = ["render_html", "write_report"]
+
+
+def fmt_num(value: float | None, digits: int = 3) -> str:
+    """Errors and ratios for people: ``1.23e-05``, ``0.0123``, ``NaN``, ``inf``, ``-``."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+        return f"{value:.{digits - 1}e}"
+    return f"{value:.{digits}g}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def fmt_secs(value: float | None) -> str:
+    """Durations in the unit that keeps 3 significant digits readable."""
+    if value is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def raw_value(value: Any) -> str:
+    """The exact number for ``data-value`` attributes (sorting, and tests reading numbers)."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return repr(value)
+
+
+def severity_class(value: float | None) -> str:
+    """CSS class of an error relative to its limit (1 = at the limit)."""
+    if value is None:
+        return ""
+    if math.isnan(value):
+        return "sev-nan"
+    return "sev-ok" if value <= 0.5 else "sev-warn" if value <= 1 else "sev-bad"
+
+
+def rate_class(value: float | None) -> str:
+    if value is None:
+        return ""
+    return "rate-full" if value >= 1 else "rate-part" if value >= 0.9 else "rate-low"
+
+
+@cache
+def _static(name: str) -> str:
+    return resources.files("convmatrix.reports").joinpath("templates", name).read_text()
+
+
+@cache
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("convmatrix.reports", "templates"),
+        autoescape=True,  # every template, whatever its name
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        num=fmt_num, pct=fmt_pct, secs=fmt_secs, raw=raw_value, sev=severity_class,
+        rate=rate_class,
+    )  # fmt: skip
+    script = _static("report.js")
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    env.globals.update(
+        css=Markup(_static("report.css")),  # our own files, not data: safe to inline
+        script=Markup(script),
+        csp=(
+            "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+            f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+        ),
+        version=__version__,
+    )
+    return env
+
+
+def render_html(view: Any, template: str | None = None) -> str:
+    """The HTML page of a view-model; the template is ``<view.kind>.html`` by default."""
+    extra: dict[str, Any] = {}
+    if view.kind == "history":
+        extra["charts"] = history_charts(view)
+    return _environment().get_template(template or f"{view.kind}.html").render(view=view, **extra)
+
+
+def write_report(view: Any, html_path: Path) -> tuple[Path, Path]:
+    """Write ``html_path`` and the view-model as JSON beside it (same name, ``.json``)."""
+    html_path = Path(html_path)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(render_html(view), encoding="utf-8")
+    json_path = write_json(view, html_path.with_suffix(".json"))
+    return html_path, json_path

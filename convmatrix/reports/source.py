@@ -1,0 +1,103 @@
+"""Where reports get their data: opening the database to read, and the few queries of their
+own (the previous run of a kernel, per-run case counts of one dtype).
+
+Everything else comes from ``convmatrix.db`` (``resolve_run``, ``load_results``, ``history``).
+Reading never creates a database: a mistyped SQLite path is an error naming the file, not a
+fresh empty database that then "holds no runs".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, and_, case, func, or_, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from convmatrix.db import RunInfo, default_url, load_results, open_database, resolve_run
+from convmatrix.db.models import CaseRow, Run
+from convmatrix.errors import UsageError
+from convmatrix.reports.viewmodel import BAD_OUTCOMES, RunHeader, run_header
+from convmatrix.runners.results import CaseResult
+
+__all__ = [
+    "LoadedRun",
+    "load_run",
+    "open_for_reading",
+    "previous_run",
+    "run_case_counts",
+]
+
+
+@dataclass
+class LoadedRun:
+    info: RunInfo  # the database's record of the run
+    header: RunHeader  # what reports show of it (counted from ``results``, URL redacted)
+    results: list[CaseResult]
+
+
+def open_for_reading(url: str | None) -> tuple[Engine, str]:
+    """The engine for ``url`` (default ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``)
+    and the URL used; a SQLite file that does not exist is a ``UsageError``."""
+    url = url or default_url()
+    try:
+        parsed = make_url(url)
+    except Exception:
+        parsed = None  # open_database reports the malformed URL itself
+    if parsed is not None and parsed.get_backend_name() == "sqlite":
+        path = parsed.database
+        if path and path != ":memory:" and not Path(path).expanduser().exists():
+            raise UsageError(
+                f"--db: database file {path} does not exist (give --db URL or set CONVMATRIX_DB)"
+            )
+    return open_database(url), url
+
+
+def load_run(session: Session, spec: str, url: str, *, what: str = "RUN") -> LoadedRun:
+    """The run ``spec`` names (id, ``latest``, label or commit) with every stored result."""
+    try:
+        info = resolve_run(session, spec)
+    except UsageError as err:
+        raise UsageError(f"{what}: {err}") from None
+    results = load_results(session, info.id)
+    return LoadedRun(info=info, header=run_header(info, url, results), results=results)
+
+
+def previous_run(session: Session, run: RunInfo) -> RunInfo | None:
+    """The newest run before ``run`` of the same kernel, matrix and device kind: what a nightly
+    diff compares against. Uses the (kernel, started_at) index."""
+    row = session.scalars(
+        select(Run.id)
+        .where(
+            Run.kernel == run.kernel,
+            Run.matrix == run.matrix,
+            Run.device_kind == run.device_kind,
+            or_(
+                Run.started_at < run.started_at,
+                and_(Run.started_at == run.started_at, Run.id < run.id),
+            ),
+        )
+        .order_by(Run.started_at.desc(), Run.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else resolve_run(session, row)
+
+
+def run_case_counts(
+    session: Session, dtype: str, run_ids: Sequence[int]
+) -> dict[int, tuple[int, int, int]]:
+    """run id -> (cases, passed, bad) among the run's cases with input dtype ``dtype``.
+
+    One GROUP BY restricted to the given runs, so it walks the (run_id, case_id) index."""
+    if not run_ids:
+        return {}
+    bad = func.sum(case((CaseRow.outcome.in_(sorted(BAD_OUTCOMES)), 1), else_=0))
+    passed = func.sum(case((CaseRow.outcome == "passed", 1), else_=0))
+    rows = session.execute(
+        select(CaseRow.run_id, func.count(), passed, bad)
+        .where(CaseRow.run_id.in_(list(run_ids)), CaseRow.x_dtype == dtype)
+        .group_by(CaseRow.run_id)
+    )
+    return {r[0]: (int(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows}

@@ -1,0 +1,151 @@
+"""What every report shares: the run header, error arithmetic with NaN, JSON export.
+
+Reports are built in two steps (asv's publish): the database becomes plain dataclasses (the
+view-model), and templates only format them. The same view-model is written as JSON next to
+the HTML, so tests and scripts read numbers from data, never from markup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from convmatrix.db.engine import redact_url
+from convmatrix.runners.results import OUTCOMES, CaseResult, OutputMetrics
+
+__all__ = [
+    "BAD_OUTCOMES",
+    "RunHeader",
+    "run_header",
+    "severity",
+    "to_jsonable",
+    "worst",
+    "write_json",
+]
+
+# Outcomes that fail a run; "skipped" is neither good nor bad.
+BAD_OUTCOMES = frozenset({"failed", "crashed", "timeout", "error"})
+
+
+@dataclass
+class RunHeader:
+    """The header of a report: which kernel, commit, device, versions and matrix, and counts."""
+
+    id: int
+    kernel: str
+    commit: str | None
+    dirty: bool | None
+    device: str
+    host: str
+    matrix: str
+    matrix_hash: str
+    label: str | None
+    started_at: str
+    finished_at: str | None
+    status: str
+    versions: dict[str, Any]
+    geometry: dict[str, Any] | None
+    database: str  # the URL with its password redacted
+    counts: dict[str, int] = field(default_factory=dict)  # outcome -> cases, from the results
+    n_cases: int = 0
+    n_planned: int | None = None
+
+    @property
+    def title(self) -> str:
+        """``tiled @ 1a2b3c4 (run 7)``: how a run is named in headings and charts."""
+        commit = f" @ {self.commit[:10]}" if self.commit else ""
+        return f"{self.kernel}{commit} (run {self.id})"
+
+    @property
+    def passed(self) -> bool:
+        return not any(self.counts.get(o, 0) for o in BAD_OUTCOMES)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="seconds") if value is not None else None
+
+
+def run_header(run: Any, url: str, results: Iterable[CaseResult] = ()) -> RunHeader:
+    """The header of ``run`` (a ``convmatrix.db`` Run row), counted from ``results``.
+
+    Counts come from the results the report shows rather than the run's own counters, so a
+    report of an interrupted run still adds up. ``url`` is redacted: no credentials in reports.
+    """
+    counts = dict.fromkeys(OUTCOMES, 0)
+    n = 0
+    for result in results:
+        counts[result.outcome] = counts.get(result.outcome, 0) + 1
+        n += 1
+    device = run.device_kind + (f" ({run.device_name})" if run.device_name else "")
+    return RunHeader(
+        id=run.id,
+        kernel=run.kernel,
+        commit=run.kernel_commit,
+        dirty=run.kernel_dirty,
+        device=device,
+        host=run.host,
+        matrix=run.matrix,
+        matrix_hash=run.matrix_hash,
+        label=run.label,
+        started_at=_iso(run.started_at) or "",
+        finished_at=_iso(run.finished_at),
+        status=run.status,
+        versions=dict(run.versions or {}),
+        geometry=dict(run.geometry) if run.geometry else None,
+        database=redact_url(url),
+        counts=counts,
+        n_cases=n,
+        n_planned=run.n_planned,
+    )
+
+
+def worst(values: Iterable[float | None]) -> float | None:
+    """The largest error, NaN counting as worst of all (a NaN output is the worst outcome)."""
+    best: float | None = None
+    for v in values:
+        if v is None:
+            continue
+        if math.isnan(v):
+            return math.nan
+        if best is None or v > best:
+            best = v
+    return best
+
+
+def severity(m: OutputMetrics) -> float | None:
+    """How far an output is from its limits: max(e_rel/limit_rel, e_norm/limit_norm).
+
+    Above 1 fails the threshold rule; comparable across dtypes and outputs, unlike raw errors.
+    """
+    ratios = [
+        e / lim
+        for e, lim in ((m.e_rel, m.limit_rel), (m.e_norm, m.limit_norm))
+        if lim is not None and lim > 0
+    ]
+    return worst(ratios)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, mappings and sequences as JSON data; NaN and infinities as strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "nan", "inf", "-inf": strict JSON has no such numbers
+    return value
+
+
+def write_json(view: Any, path: Path) -> Path:
+    """Write the view-model as strict JSON (``allow_nan=False``) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_jsonable(view), indent=1, allow_nan=False) + "\n")
+    return path
