@@ -17,7 +17,18 @@ from convmatrix.errors import ConvmatrixError
 
 __all__ = ["main"]
 
-COMMANDS = ("selfcheck", "kernels", "devices", "db")
+COMMANDS = (
+    "selfcheck",
+    "kernels",
+    "devices",
+    "plan",
+    "expand",
+    "run",
+    "report",
+    "diff",
+    "history",
+    "db",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

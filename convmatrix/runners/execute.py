@@ -24,7 +24,7 @@ from convmatrix.runners.invoke import KernelFault, kernel_outputs, reference_out
 from convmatrix.runners.metrics import ErrorMetrics, error_metrics
 from convmatrix.runners.properties import check_guards, run_properties
 from convmatrix.runners.results import CaseResult
-from convmatrix.runners.verdict import judge_output, outcome_of
+from convmatrix.runners.verdict import judge_output, outcome_of, tolerance_for
 
 __all__ = ["Context", "build_inputs", "run_case", "skip_reason"]
 
@@ -117,7 +117,7 @@ def _metrics(case: Case, ctx: Context, got: dict, ref: dict, fw: dict | None) ->
         fm: ErrorMetrics | None = None
         if fw is not None and name in fw:
             fm = error_metrics(fw[name], r, ctx.policy.tau_scale)
-        tol = ctx.tolerances.lookup(case.x_dtype, name)
+        tol = tolerance_for(ctx.tolerances, case, name)
         judged.append(judge_output(name, m, fm, tol, ctx.policy, exact=exact and name in _EXACT))
     return judged
 

@@ -25,6 +25,7 @@ from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward
 from convmatrix.runners.invoke import call_forward, grads
 from convmatrix.runners.metrics import error_metrics
 from convmatrix.runners.results import PropertyResult
+from convmatrix.runners.verdict import tolerance_for
 
 __all__ = ["PROPERTIES", "check_guards", "run_properties"]
 
@@ -49,7 +50,7 @@ def _same(
     """None when ``a`` matches ``b`` within twice the (dtype, output) row, else why not."""
     if a.numel() == 0:
         return None
-    limit = tol.lookup(case.x_dtype, output)
+    limit = tolerance_for(tol, case, output)
     m = error_metrics(a, b)
     if m.e_rel <= 2 * limit.rel and m.e_norm <= 2 * limit.norm:
         return None

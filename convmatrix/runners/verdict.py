@@ -15,11 +15,37 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from convmatrix.matrix.tolerances import Policy, Tolerance
+from convmatrix.matrix.case import Case
+from convmatrix.matrix.tolerances import PARAM_GRADS, Policy, Tolerance, Tolerances
 from convmatrix.runners.metrics import ErrorMetrics
 from convmatrix.runners.results import CaseResult, OutputMetrics
 
-__all__ = ["RULES", "describe", "judge_output", "outcome_of", "severity"]
+__all__ = [
+    "RULES",
+    "describe",
+    "judge_output",
+    "outcome_of",
+    "row_dtype",
+    "severity",
+    "tolerance_for",
+]
+
+# Storage dtypes from finest to coarsest (bfloat16 has fewer mantissa bits than float16).
+_COARSENESS = ("float64", "float32", "float16", "bfloat16")
+
+
+def row_dtype(case: Case, output: str) -> str:
+    """The dtype whose tolerance row judges ``output``: the x dtype, except for the parameter
+    gradients dw/db, which are stored in the weight dtype and computed from x-dtype inputs, so
+    the coarser of the two bounds their accuracy (x fp32 with bf16 weights: dw is bf16)."""
+    if output in PARAM_GRADS:
+        return max(case.x_dtype, case.w_dtype, key=_COARSENESS.index)
+    return case.x_dtype
+
+
+def tolerance_for(tolerances: Tolerances, case: Case, output: str) -> Tolerance:
+    return tolerances.lookup(row_dtype(case, output), output)
+
 
 # A rule gives the (rel, norm) limits it allows, or None when it cannot judge (no torch path).
 Rule = Callable[[Tolerance, Policy, ErrorMetrics | None], tuple[float, float] | None]

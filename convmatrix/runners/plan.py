@@ -1,0 +1,119 @@
+"""What a run executes: matrices expanded for one kernel, and the cases selected from them.
+
+A source is a built-in matrix name (``smoke``), a matrix file (``*.yaml``), or a JSON-lines
+file of cases as ``convmatrix expand --format jsonl`` writes them (default tolerances, policy and
+timeout). Selection keeps the cases named by ``--case`` (full id, id prefix or pytest id) and
+drops those a resumed run already holds. Both are pure functions of their inputs, so the xdist
+controller and every worker arrive at the same items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from convmatrix.errors import UsageError
+from convmatrix.matrix.case import Case
+from convmatrix.matrix.tolerances import Policy, Tolerances
+
+__all__ = ["DEFAULT_TIMEOUT_S", "Plan", "combined_identity", "load_plan", "select_cases"]
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Plan:
+    """One expanded matrix: its cases and how they are judged."""
+
+    source: str  # built-in name or absolute path: what a resumed run loads again
+    name: str
+    content_hash: str
+    cases: list[Case]
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    policy: Policy = field(default_factory=Policy)
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def _canonical_source(source: str) -> str:
+    path = Path(source).expanduser()
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml", ".jsonl") else source
+
+
+def _from_jsonl(path: Path) -> Plan:
+    cases = []
+    text = path.read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            cases.append(Case.from_json(json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"{path}:{number}: not a case record: {exc}") from exc
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return Plan(str(path.resolve()), path.stem, digest, cases)
+
+
+def load_plan(source: str, kernel: Any) -> Plan:
+    """Expand ``source`` for ``kernel``; ``UsageError`` (exit 2) names what is wrong."""
+    path = Path(source).expanduser()
+    if path.suffix == ".jsonl":
+        if not path.is_file():
+            raise UsageError(f"--matrix {source}: no such file")
+        return _from_jsonl(path)
+    from convmatrix.matrix import load_matrix  # the matrix language is only needed here
+
+    spec = load_matrix(source)
+    expansion = spec.expand(kernel)
+    return Plan(
+        source=_canonical_source(source),
+        name=spec.name,
+        content_hash=spec.content_hash,
+        cases=list(expansion.cases),
+        tolerances=expansion.tolerances,
+        policy=expansion.policy,
+        timeout_s=float(expansion.timeout_s),
+    )
+
+
+def combined_identity(plans: Sequence[Plan]) -> tuple[str, str]:
+    """(matrix name, content hash) of a run over one or more plans."""
+    if len(plans) == 1:
+        return plans[0].name, plans[0].content_hash
+    joined = "+".join(p.content_hash for p in plans)
+    return "+".join(p.name for p in plans), hashlib.sha256(joined.encode()).hexdigest()
+
+
+def _matches(case: Case, wanted: str) -> bool:
+    return (
+        case.id == wanted
+        or case.pytest_id == wanted
+        or (len(wanted) >= 4 and case.id.startswith(wanted))
+    )
+
+
+def select_cases(
+    cases: Iterable[Case],
+    wanted: Sequence[str] = (),
+    done: Iterable[str] = (),
+    *,
+    strict: bool = True,
+) -> list[Case]:
+    """The cases to run: those ``wanted`` names (all when empty) minus the ``done`` ids.
+
+    With ``strict``, a ``--case`` value that matches nothing is a usage error, not an empty run.
+    """
+    cases = list(cases)
+    if wanted:
+        unknown = [w for w in wanted if not any(_matches(c, w) for c in cases)]
+        if unknown and strict:
+            raise UsageError(
+                f"--case {', '.join(unknown)}: no such case in the matrix "
+                "(give a case id, an id prefix of 4+ digits, or a pytest id)"
+            )
+        cases = [c for c in cases if any(_matches(c, w) for w in wanted)]
+    skip = set(done)
+    return [c for c in cases if c.id not in skip]
