@@ -13,6 +13,7 @@ import os
 import random
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import Engine, create_engine, pool
@@ -30,12 +31,10 @@ def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'results.db'}"
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    base = os.environ.get(PG_ENV)
-    if not base:
-        pytest.skip(f"{PG_ENV} is unset: no PostgreSQL server to test against (.ci/run sets it)")
-    url = make_url(base)
+@contextmanager
+def fresh_postgres_database(server: str) -> Iterator[str]:
+    """A new, uniquely named database on ``server`` (any URL on it), dropped on exit."""
+    url = make_url(server)
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
     name = f"convmatrix_test_{uuid.uuid4().hex[:12]}"
@@ -50,6 +49,15 @@ def postgres_url() -> Iterator[str]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    server = os.environ.get(PG_ENV)
+    if not server:
+        pytest.skip(f"{PG_ENV} is unset: no PostgreSQL server to test against (.ci/run sets it)")
+    with fresh_postgres_database(server) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
