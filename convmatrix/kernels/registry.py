@@ -25,6 +25,9 @@ _BUILTIN = {
     "torch": "convmatrix.kernels.framework:TorchKernel",
     "tiled": "convmatrix.kernels.tiled:TiledKernel",
     "tiled-small": "convmatrix.kernels.tiled:small",
+    "dao": "convmatrix.kernels.dao:DaoKernel",
+    "mlu_vllm": "convmatrix.kernels.mlu_vllm:MluVllmKernel",
+    "mlu_fla": "convmatrix.kernels.mlu_fla:MluFlaKernel",
 }
 
 
