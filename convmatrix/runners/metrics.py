@@ -60,7 +60,7 @@ def error_metrics(a: torch.Tensor, r: torch.Tensor, tau_scale: float = 1.0) -> E
     r = r.detach().cpu().to(F64)
     diff = (a - r).abs()
     diff = torch.where(torch.isfinite(a) | ~torch.isfinite(r), diff, math.inf)
-    diff = torch.nan_to_num(diff, nan=math.inf)
+    diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)
     flat = int(torch.argmax(diff))
     worst = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
     e_abs = float(diff.max())

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.protocol import Capabilities, ContractError
+from convmatrix.kernels.protocol import FEATURES, Capabilities, ContractError
 
 # The sequence length that triggers the one-case defects (abort, hang).
 TRIGGER_SEQLEN = 7
@@ -93,6 +93,43 @@ class Width4Only(TorchKernel):
     def forward(self, x, weight, bias=None, **kwargs):
         if weight.shape[-1] != 4:
             raise ContractError(f"width {weight.shape[-1]} not supported")
+        return super().forward(x, weight, bias, **kwargs)
+
+
+class NonCausal(TorchKernel):
+    """Reads one token ahead: y[t] is computed from x shifted left by one (a halo bug)."""
+
+    name = "non_causal"
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        ahead = torch.cat([x[..., 1:], x[..., -1:]], dim=-1)
+        return super().forward(ahead, weight, bias, **kwargs)
+
+
+class LeaksAcrossSamples(TorchKernel):
+    """Ignores seq_idx: packed samples read their predecessor's tokens."""
+
+    name = "leaks"
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        kwargs["seq_idx"] = None
+        return super().forward(x, weight, bias, **kwargs)
+
+
+class ForwardOnly(TorchKernel):
+    """Declares no backward: its fwd_bwd cases are skipped, not failed."""
+
+    name = "forward_only"
+    capabilities = Capabilities(features=FEATURES - {"backward"})
+
+
+class Slow(TorchKernel):
+    """Correct but takes SLOW_S per forward call, so a run can be killed half-way."""
+
+    name = "slow"
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        time.sleep(float(os.environ.get("SLOW_S", "0.4")))
         return super().forward(x, weight, bias, **kwargs)
 
 
