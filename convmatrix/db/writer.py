@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from convmatrix.db.engine import write_session
+from convmatrix.db.engine import redact_url, write_session
 from convmatrix.db.migrate import ensure_schema
 from convmatrix.db.models import (
     RUN_STATUSES,
@@ -34,6 +34,7 @@ from convmatrix.db.models import (
     utcnow,
 )
 from convmatrix.db.records import case_values, child_values
+from convmatrix.errors import UsageError
 from convmatrix.runners.results import OUTCOMES, CaseResult
 
 __all__ = ["ResultWriter", "RunMeta", "reap_stale_runs"]
@@ -141,7 +142,7 @@ class ResultWriter:
         with write_session(self.engine) as session:
             run = session.get(Run, run_id)
             if run is None:
-                raise LookupError(f"no run {run_id} to resume")
+                raise UsageError(f"--resume: no run {run_id} in {redact_url(self.engine.url)}")
             run.status, run.finished_at, run.pid = "running", None, os.getpid()
             self._counts = _counts(session, run_id)
         self.run_id, self._finished = run_id, False

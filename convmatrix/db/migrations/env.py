@@ -1,9 +1,8 @@
 """Alembic environment for convmatrix's schema.
 
 Used through ``convmatrix.db.migrate`` (which passes the connection to migrate in
-``config.attributes``) or, for writing new revisions, through the alembic CLI:
-``alembic -c <(printf '[alembic]\nscript_location=convmatrix/db/migrations\n') revision
---autogenerate -m "..."`` with ``-x url=...`` naming a database at the current head.
+``config.attributes``) or, for writing new revisions, through the alembic CLI with
+``convmatrix/db/alembic.ini`` and ``-x url=...`` naming a database at the newest revision.
 """
 
 from __future__ import annotations
