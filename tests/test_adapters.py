@@ -8,6 +8,11 @@ the float64 reference from the same rounded inputs (fp32: ~1.9e-6 relative).
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -306,3 +311,46 @@ def test_mlu_adapter_updates_match_reference(name, tokens, state_len, ring, slot
     y_ref = ReferenceKernel().update(p["x"], pools["ref"], p["w"], p["b"], **args)
     assert_matches({"y": y}, {"y": y_ref.double()}, {"y": "float32"})
     assert torch.equal(pools["kernel"], pools["ref"])
+
+
+# -- the example plugin package -----------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mlu_kernel_plugin"
+
+_PROBE = """
+import torch
+from convmatrix.kernels import load
+from convmatrix.kernels.reference import reference_forward
+k = load("my_mlu")
+gen = torch.Generator().manual_seed(0)
+x, w, b, s = (torch.randn(*sh, generator=gen) for sh in ((2, 8, 20), (8, 4), (8,), (2, 8, 3)))
+y = k.forward(x, w, b, initial_state=s, activation="silu")
+r = reference_forward(*(t.double() for t in (x, w, b)), initial_state=s.double(), activation="silu")
+print(k.describe()["implementation"], float((y.double() - r).abs().max()))
+"""
+
+
+@pytest.mark.slow
+def test_example_plugin_registers_through_the_entry_point_group(tmp_path):
+    """pip-install the example (from a copy, so no build files land in the checkout) into a
+    target directory and use it from fresh interpreters that only see it on PYTHONPATH."""
+    source = tmp_path / "src"
+    shutil.copytree(EXAMPLE, source)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    subprocess.run([*pip, "--no-build-isolation", "--target", str(site), str(source)], check=True)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    listed = subprocess.run(
+        [sys.executable, "-m", "convmatrix", "kernels"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    line = next(row for row in listed.splitlines() if row.startswith("my_mlu "))
+    assert "available" in line and "unavailable" not in line
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    # The portable implementation sums K=4 taps in FP32: ~1e-6 against float64 on O(1) data.
+    assert probe[0] == "portable" and float(probe[-1]) < 1e-5
