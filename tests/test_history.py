@@ -1,0 +1,155 @@
+"""``convmatrix history``: per run, worst and median errors of one dtype, case count and pass
+rate, checked against values computed here from the records written; every format; filters."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from reports_support import synthetic_results, tile_plus_one_channel_last, write_run
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from convmatrix.cli import main
+from convmatrix.commands.history import load_history
+from convmatrix.db import open_database
+from convmatrix.db.models import Run
+from convmatrix.reports.history_view import parse_since
+
+
+def _four_runs(url: str, engine):
+    """Three runs of 'tiled' (good, seeded bug, good) ten days apart, and one of another kernel."""
+    good = synthetic_results(200)
+    bad = synthetic_results(200, bug=tile_plus_one_channel_last)
+    ids = [
+        write_run(engine, good, commit="1" * 40),
+        write_run(engine, bad, commit="2" * 40),
+        write_run(engine, good, commit="3" * 40),
+        write_run(engine, good[:50], kernel="other", commit="4" * 40),
+    ]
+    now = datetime.now(timezone.utc)
+    with Session(engine) as session, session.begin():
+        for age, run_id in zip((30, 20, 10, 5), ids, strict=True):
+            session.execute(
+                update(Run).where(Run.id == run_id).values(started_at=now - timedelta(days=age))
+            )
+    return url, ids, {ids[0]: good, ids[1]: bad, ids[2]: good, ids[3]: good[:50]}
+
+
+@pytest.fixture
+def history_db(db_url, db_engine):
+    """On SQLite and on PostgreSQL."""
+    return _four_runs(db_url, db_engine)
+
+
+@pytest.fixture
+def sqlite_history_db(sqlite_url):
+    """On SQLite only: formats and argument handling do not depend on the backend."""
+    engine = open_database(sqlite_url)
+    yield _four_runs(sqlite_url, engine)
+    engine.dispose()
+
+
+def _expected(results, dtype):
+    """Per output: (cases, passed, worst e_rel, median e_rel, worst e_norm, median e_norm)."""
+    by_output = defaultdict(list)
+    for r in results:
+        if r.case.x_dtype == dtype:
+            for m in r.outputs:
+                by_output[m.output].append(m)
+    return {
+        o: (len(ms), sum(m.passed for m in ms), max(m.e_rel for m in ms),
+            statistics.median(m.e_rel for m in ms), max(m.e_norm for m in ms),
+            statistics.median(m.e_norm for m in ms))
+        for o, ms in by_output.items()
+    }  # fmt: skip
+
+
+def test_history_numbers_match_the_records(history_db):
+    url, ids, written = history_db
+    for dtype in ("float32", "bfloat16", "float16"):
+        _check_history(url, ids, written, dtype)
+
+
+def _check_history(url, ids, written, dtype):
+    view = load_history(dtype, kernel="tiled", db=url)
+    assert [r.run_id for r in view.runs] == ids[:3]  # oldest first, other kernel filtered out
+    for run in view.runs:
+        results = written[run.run_id]
+        expected = _expected(results, dtype)
+        assert set(run.outputs) == set(expected)
+        for output, stats in run.outputs.items():
+            cases, passed, worst_rel, median_rel, worst_norm, median_norm = expected[output]
+            assert (stats.cases, stats.passed) == (cases, passed)
+            # Max is exact; a median of an even count is one averaging of two doubles, in SQL
+            # as here: 1e-15 relative allows only the last bit to differ.
+            assert stats.worst_rel == worst_rel and stats.worst_norm == worst_norm
+            assert stats.median_rel == pytest.approx(median_rel, rel=1e-15)
+            assert stats.median_norm == pytest.approx(median_norm, rel=1e-15)
+        mine = [r for r in results if r.case.x_dtype == dtype]
+        assert run.cases == len(mine)
+        assert run.passed == sum(r.outcome == "passed" for r in mine)
+        assert run.failing == any(r.outcome in ("failed", "crashed") for r in mine)
+    assert [r.commit[0] for r in view.runs] == ["1", "2", "3"]
+
+
+def test_since_and_output_filters(sqlite_history_db):
+    url, ids, _ = sqlite_history_db
+    view = load_history("bf16", since="15d", db=url)  # alias; the last two runs only
+    assert view.dtype == "bfloat16"
+    assert [r.run_id for r in view.runs] == ids[2:]
+    view = load_history("float32", output="dx", kernel="tiled", db=url)
+    assert {o for r in view.runs for o in r.outputs} == {"dx"}
+
+
+def test_formats(sqlite_history_db, tmp_path, capsys):
+    url, ids, _ = sqlite_history_db
+    base = ["history", "--dtype", "float32", "--kernel", "tiled", "--db", url]
+    assert main([*base, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {int(r["run_id"]) for r in rows} == set(ids[:3])
+    view = load_history("float32", kernel="tiled", db=url)
+    flat = {(r.run_id, o): s for r in view.runs for o, s in r.outputs.items()}
+    for row in rows:
+        # CSV writes repr-exact floats: the parsed number is the stored one.
+        assert float(row["worst_rel"]) == flat[(int(row["run_id"]), row["output"])].worst_rel
+    assert main([*base, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in data["runs"]] == ids[:3]
+    assert main(base) == 0
+    table = capsys.readouterr().out
+    assert "worst_rel" in table.splitlines()[0] and "2222222222" in table
+    out = tmp_path / "h" / "history.html"
+    assert main([*base, "--format", "html", "--out", str(out)]) == 0
+    html = out.read_text()
+    assert html.count("<svg") == len(view.outputs) + 1  # one per output, plus the pass rate
+    assert [r.failing for r in view.runs] == [False, True, False]  # the seeded bug's run
+    assert html.count('class="mark"') == len(view.outputs) + 1  # shaded on every chart
+    assert json.loads(out.with_suffix(".json").read_text())["kind"] == "history"
+
+
+def test_empty_history_says_so(sqlite_history_db, capsys):
+    url, _, _ = sqlite_history_db
+    assert main(["history", "--dtype", "float64", "--db", url]) == 0
+    assert "no run holds metrics for dtype float64" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--output", "zz"], "--output 'zz'"), (["--since", "yesterday"], "--since 'yesterday'")],
+)
+def test_usage_errors(sqlite_history_db, capsys, extra, message):
+    url, _, _ = sqlite_history_db
+    assert main(["history", "--dtype", "float32", "--db", url, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_parse_since():
+    assert parse_since("2025-01-31") == datetime(2025, 1, 31, tzinfo=timezone.utc)
+    moment = parse_since("7d")
+    assert abs(datetime.now(timezone.utc) - timedelta(days=7) - moment) < timedelta(minutes=1)
