@@ -57,5 +57,7 @@ class MatrixError(UsageError):
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest candidate, or an empty string."""
-    close = difflib.get_close_matches(str(word), sorted(set(candidates)), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    names = sorted(set(candidates))
+    by_lower = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(str(word).lower(), sorted(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

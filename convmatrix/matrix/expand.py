@@ -152,11 +152,11 @@ def _check_values_used(suite: SuiteSpec, space: Space, rows: list[tuple[int, ...
             why = space.violation(partial) or (
                 None if space.complete(partial) is not None else space.last_reason
             )
+            why = (why or "the strategy never needed it").removeprefix(f"{dim}={value.label}: ")
             raise MatrixError(
                 value.mark,
                 value.path,
-                f"no valid case has {dim}={value.label}: "
-                f"{why or 'the strategy never needed it'} (contradicting rules?)",
+                f"no valid case has {dim}={value.label}: {why} (contradicting rules?)",
             )
 
 
@@ -166,7 +166,7 @@ def _include_row(suite: SuiteSpec, inc, rules: Sequence[Rule]) -> dict[str, Valu
     if broken is not None:
         reason = broken.check(values)
         if broken in suite.rules:
-            raise MatrixError(inc.mark, inc.path, f"include entry contradicts {reason}")
+            raise MatrixError(inc.mark, inc.path, f"include entry contradicts the rules: {reason}")
         raise MatrixError(inc.mark, inc.path, f"include entry is not a valid case: {reason}")
     return values
 
