@@ -14,6 +14,7 @@ from sqlalchemy import event, func, select
 
 from convmatrix.db import ResultWriter, Session, load_results, open_database, resolve_run
 from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, Run, TimingRow
+from convmatrix.errors import UsageError
 from convmatrix.runners.results import OutputMetrics
 
 
@@ -120,16 +121,24 @@ def test_results_are_committed_per_batch(db_url):
     engine.dispose()
 
 
-def test_a_due_buffer_is_flushed_on_the_next_add(sqlite_url):
+def test_a_batch_that_does_not_fill_up_is_committed_after_the_delay(sqlite_url):
     engine = open_database(sqlite_url)
-    writer = ResultWriter(engine, batch_size=1000, max_delay_s=0.05)
+    writer = ResultWriter(engine, batch_size=1000, max_delay_s=1.0)
     run_id = writer.start_run(fake_meta())
     writer.add(fake_result(0))
-    assert _count(engine, CaseRow, run_id) == 0
-    time.sleep(0.1)  # the 0.05 s delay has passed (no wall-clock assertion, only an order)
     writer.add(fake_result(1))
-    assert _count(engine, CaseRow, run_id) == 2
+    assert _count(engine, CaseRow, run_id) == 0  # buffered while the 1 s timer runs
+    deadline = time.monotonic() + 30  # generous: only the order is asserted, not the time
+    while _count(engine, CaseRow, run_id) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _count(engine, CaseRow, run_id) == 2  # with no further add
+    writer.finish_run()
     engine.dispose()
+
+
+def test_resuming_a_missing_run_is_a_usage_error(db_engine):
+    with pytest.raises(UsageError, match="--resume: no run 999"):
+        ResultWriter(db_engine).resume_run(999)
 
 
 def test_a_stored_case_is_replaced_not_duplicated(db_engine):

@@ -1,11 +1,12 @@
 """The single writer of a run: results buffered and committed in batches.
 
 The pytest-xdist controller owns one ``ResultWriter``; workers never touch the database. A
-commit per result is about 85x slower on SQLite than one per batch, so results are buffered and
-written every ``batch_size`` results or ``max_delay_s`` seconds, each batch in one transaction
-with bulk inserts. A killed run keeps every committed batch: leaving the ``with`` block by an
-exception or Ctrl-C flushes what is buffered and marks the run ``interrupted``; a run whose
-process died without a word (SIGKILL) is marked ``interrupted`` by the next writer on the host.
+commit per result is several times slower than one per batch (benchmarks/bench_db_ingest.py),
+so results are buffered and written every ``batch_size`` results or ``max_delay_s`` seconds
+after the first of a batch arrived, each batch in one transaction with multi-row inserts.
+A killed run keeps every committed batch: leaving the ``with`` block by an exception or Ctrl-C
+flushes what is buffered and marks the run ``interrupted``; a run whose process died without a
+word (SIGKILL) is marked ``interrupted`` by the next writer started on the same host.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
+import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
@@ -121,7 +122,8 @@ class ResultWriter:
         self.run_id: int | None = None
         self.written = 0  # results committed by this writer
         self._buffer: dict[str, CaseResult] = {}
-        self._since: float | None = None  # when the oldest buffered result arrived
+        self._timer: threading.Timer | None = None  # flushes a batch that is not filling up
+        self._lock = threading.RLock()  # the timer's thread and the caller's share the buffer
         self._counts: Counter[str] = Counter()
         self._finished = False
 
@@ -168,23 +170,37 @@ class ResultWriter:
 
     # -- results ------------------------------------------------------------------------------
     def add(self, result: CaseResult) -> None:
-        """Buffer one result; commit the buffer when it is full or its oldest entry is due."""
-        if self._since is None:
-            self._since = time.monotonic()
-        self._buffer[result.case.id] = result  # a retry within the batch replaces, too
-        if len(self._buffer) >= self.batch_size or self._due():
-            self.flush()
+        """Buffer one result; the batch commits when full or ``max_delay_s`` after it began."""
+        with self._lock:
+            self._buffer[result.case.id] = result  # a retry within the batch replaces, too
+            if len(self._buffer) >= self.batch_size:
+                self.flush()
+            elif self._timer is None:
+                # A timer, not a check on the next add: with slow cases the next add may be
+                # minutes away, and a killed controller would lose what waits in the buffer.
+                self._timer = threading.Timer(self.max_delay_s, self._flush_in_background)
+                self._timer.daemon = True
+                self._timer.start()
 
-    def _due(self) -> bool:
-        return self._since is not None and time.monotonic() - self._since >= self.max_delay_s
+    def _flush_in_background(self) -> None:
+        try:
+            self.flush()
+        except Exception as err:  # kept in the buffer: the next add or flush tries again
+            print(f"convmatrix: writing results failed, will retry: {err}", file=sys.stderr)
 
     def flush(self) -> int:
         """Commit every buffered result in one transaction; returns how many."""
-        if not self._buffer:
-            return 0
-        if self.run_id is None:
-            raise RuntimeError("start_run or resume_run before writing results")
-        batch, run_id = list(self._buffer.values()), self.run_id
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if not self._buffer:
+                return 0
+            if self.run_id is None:
+                raise RuntimeError("start_run or resume_run before writing results")
+            return self._write(list(self._buffer.values()), self.run_id)
+
+    def _write(self, batch: list[CaseResult], run_id: int) -> int:
         with write_session(self.engine) as session:
             replaced = self._drop_stored(session, run_id, [r.case.id for r in batch])
             # Core inserts, one multi-row statement per table and page: the ORM's bulk path
@@ -208,7 +224,6 @@ class ResultWriter:
             session.execute(update(Run).where(Run.id == run_id).values(**_count_values(counts)))
         self._counts = counts
         self._buffer.clear()
-        self._since = None
         self.written += len(batch)
         return len(batch)
 
