@@ -210,3 +210,20 @@ def test_jsonl_has_every_documented_key():
         else:
             assert record["tokens"] is None and record["seqlen"] >= 1
     assert len({r["id"] for r in records}) == len(records)
+
+
+def test_a_kernel_geometry_may_drop_values_the_matrix_geometry_allows():
+    """nightly is consistent under its own geometry; vec=1 makes 'vec-1' (0 channels)
+    impossible: dropped for that kernel and reported, not a matrix error."""
+    from convmatrix.kernels import Capabilities, Geometry, KernelBase
+
+    class Scalar(KernelBase):
+        name = "scalar-lanes"
+        capabilities = Capabilities(geometry=Geometry(time_tile=4, channel_tile=1, vector_width=1))
+
+    expansion = load_matrix("nightly").expand(Scalar())
+    assert expansion.notes and all("vec-1" in note for note in expansion.notes)
+    assert min(c.dim for c in expansion.cases) >= 1
+    # the same value is fatal when the matrix's own geometry already rules it out
+    with pytest.raises(MatrixError, match="no valid case has packed"):
+        load_matrix(str(RES / "bad_packing.yaml")).expand(Scalar())

@@ -35,6 +35,8 @@ def render_table(expansion: Expansion, out: TextIO) -> None:
             f" ({errors} expected errors; cartesian product {s.cartesian_size:,})",
             file=out,
         )
+    for note in expansion.notes:
+        print(f"dropped for this kernel's geometry: {note}", file=out)
     print(file=out)
     width = max((len(c.pytest_id) for c in expansion.cases), default=0)
     for case in expansion.cases:

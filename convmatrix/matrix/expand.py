@@ -19,7 +19,7 @@ from convmatrix.matrix.build import build_case, spec_violation
 from convmatrix.matrix.case import Case
 from convmatrix.matrix.errors import MatrixError
 from convmatrix.matrix.rules import Rule, intrinsic_rules
-from convmatrix.matrix.spec import MatrixSpec, SuiteSpec, TimingSettings
+from convmatrix.matrix.spec import IncludeSpec, MatrixSpec, SuiteSpec, TimingSettings
 from convmatrix.matrix.strategies import Constraint, SearchBudgetExceeded, Space, make_strategy
 from convmatrix.matrix.symbols import SYMBOL_HELP, Expr
 from convmatrix.matrix.tolerances import Policy, Tolerances
@@ -42,6 +42,8 @@ class SuiteExpansion:
     rows: list[tuple[int, ...]]  # generated, as value indices into suite.dimensions
     include_rows: list[dict[str, Value]]
     cases: list[Case]
+    # Values/includes this kernel's geometry makes impossible (valid under the matrix's own).
+    dropped: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Expansion:
     geometry: dict[str, int] = field(default_factory=dict)  # symbols used for this kernel
     kernel: str | None = None
     suites: list[SuiteExpansion] = field(default_factory=list, repr=False)
+    notes: list[str] = field(default_factory=list)  # values dropped for this kernel's geometry
 
     def by_id(self) -> dict[str, Case]:
         return {case.id: case for case in self.cases}
@@ -101,19 +104,18 @@ def _space(suite: SuiteSpec, rules: Sequence[Rule]) -> Space:
     return Space([len(c) for c in columns], [wrap(r) for r in rules])
 
 
-def _first_violation(rules: Sequence[Rule], values: Mapping[str, Value]) -> Rule | None:
-    return next((r for r in rules if r.check(values) is not None), None)
+@dataclass
+class _Draw:
+    """The combinations of one suite under one geometry, and what went wrong drawing them."""
+
+    space: Space
+    rows: list[tuple[int, ...]]
+    includes: list[tuple[IncludeSpec, dict[str, Value]]]  # the valid include entries
+    problems: list[MatrixError]
 
 
-def _expand_suite(
-    suite: SuiteSpec, geometry: Mapping[str, int], kernel: Kernel | None, source: str
-) -> SuiteExpansion:
-    dims = tuple(suite.dimensions)
-    all_values = [v for vals in suite.dimensions.values() for v in vals]
-    _check_symbols(
-        all_values + [v for inc in suite.includes for v in inc.values.values()], geometry, source
-    )
-    rules = [*intrinsic_rules(dims, geometry), *suite.rules]
+def _draw(suite: SuiteSpec, geometry: Mapping[str, int]) -> _Draw:
+    rules = [*intrinsic_rules(tuple(suite.dimensions), geometry), *suite.rules]
     space = _space(suite, rules)
     strategy = make_strategy(suite.strategy, suite.strategy_params)
     try:
@@ -122,24 +124,31 @@ def _expand_suite(
         raise MatrixError(
             suite.mark, suite.path, f"rules too intricate to satisfy: {exc}"
         ) from None
+    problems: list[MatrixError] = []
     if not rows and not suite.includes:
         why = space.last_reason or "every combination is invalid"
-        raise MatrixError(suite.mark, suite.path, f"the suite expands to no case: {why}")
-    _check_values_used(suite, space, rows)
-    include_rows = [_include_row(suite, inc, rules) for inc in suite.includes]
-    cases: list[Case] = []
-    for row in rows:
-        values = {d: suite.dimensions[d][i] for d, i in zip(dims, row, strict=True)}
-        cases.append(build_case(suite, values, geometry))
-    for inc, values in zip(suite.includes, include_rows, strict=True):
-        cases.append(build_case(suite, values, geometry, expect=inc.expect, checks=inc.checks))
-    cases = list({c.id: _classify(c, kernel) for c in cases}.values())
-    return SuiteExpansion(suite, suite.describe_strategy(), dims, space, rows, include_rows, cases)
+        problems.append(MatrixError(suite.mark, suite.path, f"the suite expands to no case: {why}"))
+    else:
+        problems += _unused_values(suite, space, rows)
+    includes = []
+    for inc in suite.includes:
+        values = {d: inc.values.get(d, vals[0]) for d, vals in suite.dimensions.items()}
+        broken = next((r for r in rules if r.check(values) is not None), None)
+        if broken is None:
+            includes.append((inc, values))
+            continue
+        reason = broken.check(values)
+        what = "contradicts the rules" if broken in suite.rules else "is not a valid case"
+        problems.append(MatrixError(inc.mark, inc.path, f"include entry {what}: {reason}"))
+    return _Draw(space, rows, includes, problems)
 
 
-def _check_values_used(suite: SuiteSpec, space: Space, rows: list[tuple[int, ...]]) -> None:
+def _unused_values(
+    suite: SuiteSpec, space: Space, rows: list[tuple[int, ...]]
+) -> list[MatrixError]:
     """Every declared value must occur in some case, else the rules contradict the dimension."""
     dims = list(suite.dimensions)
+    problems = []
     for dim in suite.declared:
         i = dims.index(dim)
         used = {row[i] for row in rows}
@@ -153,22 +162,66 @@ def _check_values_used(suite: SuiteSpec, space: Space, rows: list[tuple[int, ...
                 None if space.complete(partial) is not None else space.last_reason
             )
             why = (why or "the strategy never needed it").removeprefix(f"{dim}={value.label}: ")
-            raise MatrixError(
-                value.mark,
-                value.path,
-                f"no valid case has {dim}={value.label}: {why} (contradicting rules?)",
-            )
+            message = f"no valid case has {dim}={value.label}: {why}"
+            problems.append(MatrixError(value.mark, value.path, message))
+    return problems
 
 
-def _include_row(suite: SuiteSpec, inc, rules: Sequence[Rule]) -> dict[str, Value]:
-    values = {d: inc.values.get(d, vals[0]) for d, vals in suite.dimensions.items()}
-    broken = _first_violation(rules, values)
-    if broken is not None:
-        reason = broken.check(values)
-        if broken in suite.rules:
-            raise MatrixError(inc.mark, inc.path, f"include entry contradicts the rules: {reason}")
-        raise MatrixError(inc.mark, inc.path, f"include entry is not a valid case: {reason}")
-    return values
+def _fatal(
+    suite: SuiteSpec, draw: _Draw, geometry: Mapping[str, int], own: Mapping[str, int]
+) -> list[MatrixError]:
+    """The problems that are the matrix's fault.
+
+    A matrix must be consistent under its own ``geometry:`` defaults. A kernel declaring
+    another geometry may make some values impossible (``vec-1`` is 0 when vec=1): those are
+    dropped for that kernel and reported, not fatal, so one nightly matrix serves every kernel.
+    """
+    if not draw.problems or dict(geometry) == dict(own):
+        return draw.problems
+    try:
+        _check_symbols(_all_values(suite), own, "the matrix")
+    except MatrixError:
+        return []  # only kernels give these symbols meaning: nothing to hold the matrix to
+    own_problems = {e.path for e in _draw(suite, own).problems}
+    return [e for e in draw.problems if e.path in own_problems]
+
+
+def _all_values(suite: SuiteSpec) -> list[Value]:
+    declared = [v for vals in suite.dimensions.values() for v in vals]
+    return declared + [v for inc in suite.includes for v in inc.values.values()]
+
+
+def _expand_suite(
+    suite: SuiteSpec,
+    geometry: Mapping[str, int],
+    own: Mapping[str, int],
+    kernel: Kernel | None,
+    source: str,
+) -> SuiteExpansion:
+    dims = tuple(suite.dimensions)
+    _check_symbols(_all_values(suite), geometry, source)
+    draw = _draw(suite, geometry)
+    fatal = _fatal(suite, draw, geometry, own)
+    if fatal:
+        raise fatal[0]
+    dropped = [f"{e.path}: {e.message}" for e in draw.problems]
+    cases: list[Case] = []
+    for row in draw.rows:
+        values = {d: suite.dimensions[d][i] for d, i in zip(dims, row, strict=True)}
+        cases.append(build_case(suite, values, geometry))
+    for inc, values in draw.includes:
+        cases.append(build_case(suite, values, geometry, expect=inc.expect, checks=inc.checks))
+    cases = list({c.id: _classify(c, kernel) for c in cases}.values())
+    return SuiteExpansion(
+        suite,
+        suite.describe_strategy(),
+        dims,
+        draw.space,
+        draw.rows,
+        [values for _, values in draw.includes],
+        cases,
+        dropped,
+    )
 
 
 def _classify(case: Case, kernel: Kernel | None) -> Case:
@@ -187,7 +240,7 @@ def expand(spec: MatrixSpec, kernel: Kernel | None = None) -> Expansion:
     declared = kernel.capabilities.geometry.symbols() if kernel is not None else {}
     geometry = {**spec.geometry, **declared}
     source = f"kernel {kernel.name!r}" if kernel is not None else "no kernel given and the matrix"
-    suites = [_expand_suite(s, geometry, kernel, source) for s in spec.suites]
+    suites = [_expand_suite(s, geometry, spec.geometry, kernel, source) for s in spec.suites]
     return Expansion(
         matrix=spec,
         cases=[c for s in suites for c in s.cases],
@@ -200,4 +253,5 @@ def expand(spec: MatrixSpec, kernel: Kernel | None = None) -> Expansion:
         geometry=dict(geometry),
         kernel=kernel.name if kernel is not None else None,
         suites=suites,
+        notes=[note for s in suites for note in s.dropped],
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from convmatrix.matrix.errors import did_you_mean
 from convmatrix.matrix.source import YNode
+from convmatrix.matrix.symbols import Expr
 from convmatrix.matrix.values import DIMENSIONS, Value, resolve_int, resolve_packing
 
 __all__ = ["Matcher", "Rule", "intrinsic_rules", "parse_constraint", "parse_exclude"]
@@ -110,12 +111,15 @@ def _positive(dim: str, minimum: int, geometry: Mapping[str, int]) -> Rule:
     def check(values: Assignment) -> str | None:
         env = case_env(values, geometry)
         value = values[dim]
+        where = (
+            f" at K={env['K']}" if isinstance(value.data, Expr) and "K" in value.data.names else ""
+        )
         try:
             number = resolve_int(value.data, env)
         except ZeroDivisionError:
-            return f"{dim}={value.label} divides by zero at K={env['K']}"
+            return f"{dim}={value.label} divides by zero{where}"
         if number < minimum:
-            return f"{dim}={value.label} is {number} at K={env['K']} (must be >= {minimum})"
+            return f"{dim}={value.label} is {number}{where} (must be >= {minimum})"
         return None
 
     return Rule((dim, "width"), check, f"{dim} >= {minimum}")
