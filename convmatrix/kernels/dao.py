@@ -136,8 +136,11 @@ def _state_layout(state: torch.Tensor | None) -> torch.Tensor | None:
 class DaoKernel(KernelBase):
     """The installed causal-conv1d; ``version`` overrides the detected one (tests, planning)."""
 
-    def __init__(self, geometry_key: tuple[str, int] = ("channel_last", 2), version=None):
-        self.name = "dao" if geometry_key == ("channel_last", 2) else f"dao[{geometry_key[0]}]"
+    def __init__(
+        self, geometry_key: tuple[str, int] = ("channel_last", 2), version: str | None = None
+    ) -> None:
+        layout, size = geometry_key
+        self.name = "dao" if geometry_key == ("channel_last", 2) else f"dao[{layout},{8 * size}bit]"
         self.capabilities = Capabilities(
             widths=frozenset({2, 3, 4}),
             geometry=GEOMETRIES[geometry_key],
@@ -167,7 +170,9 @@ class DaoKernel(KernelBase):
         if self._forced_version is not None:
             return self._forced_version
         module = self._load()
-        return _version(getattr(module, "__version__", "")) or LATEST if module else LATEST
+        if module is None:  # not installed: judge cases by the newest contract
+            return LATEST
+        return _version(getattr(module, "__version__", "")) or LATEST
 
     def _legacy_update(self) -> bool:
         module = self._load()
