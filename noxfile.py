@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
@@ -32,13 +33,38 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def matrix(session: nox.Session) -> None:
-    """The nightly job: run the nightly matrix on this machine's devices and write the report.
-
-    Arguments after ``--`` go to ``convmatrix run``.
+    """The nightly job: run the nightly matrix on this machine's devices, write the run report
+    (reports/run-<id>.html) and the diff against the previous run of the same kernel
+    (reports/diff.html). Arguments after ``--`` go to ``convmatrix run``.
     """
     install_project(session)
     args = session.posargs or ["--kernel", "tiled"]
-    session.run("convmatrix", "run", "--matrix", "nightly", "--report", "reports", *args)
+    db = _option_value(args, "--db")
+    try:
+        session.run("convmatrix", "run", "--matrix", "nightly", "--report", "reports", *args)
+    except CommandFailed as exc:
+        if getattr(exc, "return_code", None) != 1:
+            raise  # a usage error or an interruption: no new run to compare
+        failed: CommandFailed | None = exc
+    else:
+        failed = None
+    # The diff against the previous run of the same kernel, matrix and device (exit 0 and no
+    # file when there is none). The run itself decides the session's status.
+    diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/diff.html"]
+    session.run(*diff, *(["--db", db] if db else []))
+    if failed is not None:
+        session.error("the nightly matrix has failing cases: see reports/")
+
+
+def _option_value(args: list[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``args`` (the last one wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 @nox.session

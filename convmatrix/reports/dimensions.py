@@ -3,7 +3,8 @@
 A pivot is only useful if its groups are the bug classes of SPEC.md §3: "fails only at tile+1
 with channel_last" needs lengths named by their relation to the kernel's tile (``tile+1``), not
 as raw numbers that differ per kernel. The tile comes from the geometry the run recorded
-(``Geometry`` fields as JSON); without it lengths are classed against the width K only.
+(``Geometry`` fields as JSON, or the symbols the matrix resolved, ``tile``); without it
+lengths are classed against the width K only.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def length_class(case: Case, geometry: Mapping[str, Any] | None = None) -> str:
         return "update T=1" if case.tokens == 1 else "update T>1"
     length, k = case.seqlen or 0, case.width
     named = {1: "1", k - 1: "K-1", k: "K", k + 1: "K+1"}
-    tile = (geometry or {}).get("time_tile")
+    geometry = geometry or {}
+    tile = geometry.get("time_tile") or geometry.get("tile")  # declared, or the matrix's symbol
     if tile:
         named.update({tile - 1: "tile-1", tile: "tile", tile + 1: "tile+1"})
     if length in named:

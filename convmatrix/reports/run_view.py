@@ -126,8 +126,8 @@ def output_line(m: OutputMetrics) -> OutputLine:
 
 def rerun_command(run: RunHeader, case_ids: Sequence[str]) -> str:
     """The ``convmatrix run`` command line that reruns exactly these cases of this run."""
-    argv = ["convmatrix", "run", "--matrix", run.matrix, "--kernel", run.kernel]
-    argv += ["--device", run.device.split(" ", 1)[0]]
+    argv = ["convmatrix", "run", "--matrix", run.matrix_source or run.matrix]
+    argv += ["--kernel", run.kernel_spec or run.kernel, "--device", run.device.split(" ", 1)[0]]
     for case_id in case_ids:
         argv += ["--case", case_id]
     return shlex.join(argv)

@@ -52,6 +52,8 @@ class RunHeader:
     versions: dict[str, Any]
     geometry: dict[str, Any] | None
     database: str  # the URL with its password redacted
+    kernel_spec: str = ""  # as given to --kernel (a name or module:attr): for rerun commands
+    matrix_source: str = ""  # as given to --matrix (a name or a file)
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> cases, from the results
     n_cases: int = 0
     n_planned: int | None = None
@@ -83,6 +85,8 @@ def run_header(run: Any, url: str, results: Iterable[CaseResult] = ()) -> RunHea
         counts[result.outcome] = counts.get(result.outcome, 0) + 1
         n += 1
     device = run.device_kind + (f" ({run.device_name})" if run.device_name else "")
+    options = getattr(run, "options", None) or {}
+    sources = options.get("matrix_sources") or []
     return RunHeader(
         id=run.id,
         kernel=run.kernel,
@@ -99,6 +103,8 @@ def run_header(run: Any, url: str, results: Iterable[CaseResult] = ()) -> RunHea
         versions=dict(run.versions or {}),
         geometry=dict(run.geometry) if run.geometry else None,
         database=redact_url(url),
+        kernel_spec=options.get("kernel_spec") or run.kernel,
+        matrix_source=sources[0] if len(sources) == 1 else run.matrix,
         counts=counts,
         n_cases=n,
         n_planned=run.n_planned,
