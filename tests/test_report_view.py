@@ -82,6 +82,15 @@ def test_pivot_singles_out_the_seeded_bug(view, results):
     assert others and all(r.pass_rate == 1.0 for r in others)
 
 
+def test_hotspots_lead_with_the_seeded_bug(view):
+    first = view.hotspots[0]
+    assert (first.pivot, first.key, first.pass_rate) == (
+        "length class x layout", ["tile+1", "channel_last"], 0.0,
+    )  # fmt: skip
+    rates = [h.pass_rate for h in view.hotspots]
+    assert rates == sorted(rates)
+
+
 def test_pivot_worst_error_is_the_maximum_over_the_group(view, results):
     pivot = next(p for p in view.pivots if p.dims == ["K", "dtype"])
     for row in pivot.rows:

@@ -20,6 +20,7 @@ from convmatrix.runners.results import CaseResult, OutputMetrics
 __all__ = [
     "CaseLine",
     "ExpectedErrorLine",
+    "Hotspot",
     "OutputLine",
     "RunView",
     "TimingLine",
@@ -89,6 +90,17 @@ class TimingLine:
 
 
 @dataclass
+class Hotspot:
+    """A group of cases that fails more than the rest: where to look first."""
+
+    pivot: str
+    key: list[str]
+    n_bad: int
+    judged: int
+    pass_rate: float
+
+
+@dataclass
 class RunView:
     kind: str
     run: RunHeader
@@ -98,6 +110,7 @@ class RunView:
     timings: list[TimingLine]
     skipped: dict[str, int] = field(default_factory=dict)  # skip reason -> cases
     rerun_all_failed: str | None = None
+    hotspots: list[Hotspot] = field(default_factory=list)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -182,6 +195,19 @@ def _timing_lines(results: Sequence[CaseResult]) -> list[TimingLine]:
     return lines
 
 
+def hotspots(pivots: Sequence[Pivot], limit: int = 6) -> list[Hotspot]:
+    """The groups with the lowest pass rate over every pivot; on ties the more specific
+    (two-dimensional) group first: "tile+1 / channel_last: 0 of 24" before "channel_last"."""
+    spots = [
+        Hotspot(p.name, r.key, r.n_bad, r.n_passed + r.n_bad, r.pass_rate)
+        for p in pivots
+        for r in p.rows
+        if r.n_bad and r.pass_rate is not None
+    ]
+    spots.sort(key=lambda h: (h.pass_rate, -len(h.key), -h.n_bad))
+    return spots[:limit]
+
+
 def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
     """The whole run report from one run's results; ``run`` as built by ``run_header``."""
     failing = [r for r in results if r.outcome in BAD_OUTCOMES]
@@ -201,13 +227,15 @@ def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
     ]
     expected.sort(key=lambda e: (e.outcome == "passed", e.name))
     skipped = Counter(r.message or "(no reason given)" for r in results if r.outcome == "skipped")
+    pivots = build_pivots(results, run.geometry)
     return RunView(
         kind="run",
         run=run,
         failures=failures,
-        pivots=build_pivots(results, run.geometry),
+        pivots=pivots,
         expected_errors=expected,
         timings=_timing_lines(results),
         skipped=dict(skipped.most_common()),
         rerun_all_failed=rerun_command(run, [f.case_id for f in failures]) if failures else None,
+        hotspots=hotspots(pivots),
     )
