@@ -85,9 +85,10 @@ def render(facts: dict[str, Any]) -> str:
     lines.append(f"--device auto uses: {facts['auto']}")
     for kind, how in _PLAN.items():
         env = devices.VISIBLE_ENV[kind]
+        article = "an" if kind == "mlu" else "a"
         lines.append(
-            f"on {'an' if kind == 'mlu' else 'a'} {kind.upper()} machine: --device auto uses {kind}:0; worker i of -n N is "
-            f"pinned with {env}=<i-th visible id> and sees it as {kind}:0; {how}"
+            f"on {article} {kind.upper()} machine: --device auto uses {kind}:0; worker i of "
+            f"-n N is pinned with {env}=<i-th visible id> and sees it as {kind}:0; {how}"
         )
     return "\n".join(lines)
 
