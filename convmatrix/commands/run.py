@@ -22,7 +22,7 @@ import pytest
 
 from convmatrix.errors import UsageError
 from convmatrix.kernels.registry import KernelSpecError, load
-from convmatrix.runners.plan import load_plan
+from convmatrix.runners.plan import load_plan, select_cases
 
 __all__ = ["RunOptions", "add_parser", "pytest_args", "run_command"]
 
@@ -70,8 +70,13 @@ def _workers(spec: str, device: str) -> int:
 
 
 def _check(opts: RunOptions) -> int:
-    """Load the kernel and matrix once here for clear errors; returns the number of cases."""
+    """Load kernel, matrix and run once here for clear errors; returns the number of cases."""
     if opts.resume:
+        if opts.no_db:
+            raise UsageError("--resume needs the database; drop --no-db")
+        from convmatrix.runners.recorder import open_resumed
+
+        open_resumed(opts.db, opts.resume)  # names the candidates when RUN matches nothing
         return 0  # the plugin takes matrix and kernel from the stored run
     if not opts.matrix or not opts.kernel:
         raise UsageError("--matrix and --kernel are required (or --resume RUN)")
@@ -79,7 +84,7 @@ def _check(opts: RunOptions) -> int:
         kernel = load(opts.kernel)
     except KernelSpecError as exc:
         raise UsageError(f"--kernel: {exc}") from exc
-    return len(load_plan(opts.matrix, kernel).cases)
+    return len(select_cases(load_plan(opts.matrix, kernel).cases, opts.cases))
 
 
 def pytest_args(opts: RunOptions, workers: int, n_cases: int) -> list[str]:
