@@ -38,7 +38,9 @@ def matrix(session: nox.Session) -> None:
     (reports/diff.html). Arguments after ``--`` go to ``convmatrix run``.
     """
     install_project(session)
-    args = session.posargs or ["--kernel", "tiled"]
+    args = list(session.posargs)
+    if _option_value(args, "--kernel") is None:
+        args = ["--kernel", "tiled", *args]  # the kernel this project ports; override after --
     db = _option_value(args, "--db")
     try:
         session.run("convmatrix", "run", "--matrix", "nightly", "--report", "reports", *args)
