@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from convmatrix.kernels.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.protocol import Capabilities, KernelBase
 from convmatrix.kernels.semantics import check_forward_args, update_via_forward
 
@@ -80,9 +81,53 @@ def torch_forward(
     return y, xe[:, :, seqlen:]
 
 
+def _torch_core(args: CoreArgs) -> CoreCall | None:
+    """``F.conv1d`` (+ SiLU) on the state-padded input, weights already in x's dtype and
+    shape; backward by autograd of that one graph. Packed sequences have no single core call
+    (the path splits them in Python): None."""
+    if args.seq_idx is not None:
+        return None
+    x, state = args.x, args.initial_state
+    if args.op == "update":
+        x, state = update_history(args)
+    width = args.weight.shape[1]
+    pad = x.new_zeros(*x.shape[:2], width - 1) if state is None else state
+    xe = torch.cat([pad.to(x.dtype), x], dim=2).contiguous()
+    w = args.weight.detach().to(x.dtype).unsqueeze(1).contiguous()
+    b = None if args.bias is None else args.bias.detach().to(x.dtype).contiguous()
+    leaves = [t for t in (xe, w, b) if t is not None]
+    grad = args.op in ("fwd_bwd", "bwd")
+    for t in leaves:
+        t.requires_grad_(grad)
+
+    def forward() -> list[torch.Tensor]:
+        with torch.set_grad_enabled(grad):
+            y = F.conv1d(xe, w, b, groups=x.shape[1])
+            return [F.silu(y) if args.silu else y, xe[:, :, x.shape[2] :]]
+
+    if not grad:
+        return lambda: forward()[0].detach()
+    assert args.grad_y is not None, "backward core calls need grad_y"
+    upstream = [args.grad_y.to(x.dtype)]
+    if args.grad_final is not None:
+        upstream.append(args.grad_final.to(x.dtype))
+
+    def backward(outs: list[torch.Tensor], retain: bool) -> object:
+        used = outs[: len(upstream)]
+        return torch.autograd.grad(used, leaves, upstream, retain_graph=retain)
+
+    if args.op == "fwd_bwd":
+        return lambda: backward(forward(), False)
+    saved = forward()
+    return lambda: backward(saved, True)
+
+
 class TorchKernel(KernelBase):
     name = "torch"
     capabilities = Capabilities()
+
+    def core_call(self, args: CoreArgs) -> CoreCall | None:  # type: ignore[override]
+        return _torch_core(args)
 
     def forward(self, x, weight, bias=None, **kwargs):  # type: ignore[override]
         return torch_forward(x, weight, bias, **kwargs)

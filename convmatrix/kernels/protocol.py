@@ -164,6 +164,11 @@ class KernelBase:
     def update(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         raise ContractError(f"kernel {self.name!r} has no decode update")
 
+    def core_call(self, args: Any) -> Any:
+        """The optional timing hook (``convmatrix.kernels.corecall``): a zero-argument closure
+        of the core computation on pre-converted inputs, or None when there is none."""
+        return None
+
     def describe(self) -> Mapping[str, Any]:
         """Metadata stored with a run (versions, geometry); kernels add their own keys."""
         return {"name": self.name, "geometry": self.capabilities.geometry.symbols()}

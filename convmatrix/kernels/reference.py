@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from convmatrix.kernels.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.protocol import Capabilities, KernelBase
 from convmatrix.kernels.semantics import (
     check_forward_args,
@@ -149,11 +150,40 @@ def reference_forward(
     return (y, final) if return_final_state else y
 
 
+def _f64(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(F64).contiguous()
+
+
+def _reference_core(args: CoreArgs) -> CoreCall:
+    """``conv_forward`` / ``conv_backward`` on inputs already upcast to contiguous float64 (the
+    oracle's own layout); the casts back to the input dtypes are left out."""
+    x, state = args.x, args.initial_state
+    if args.op == "update":
+        x, state = update_history(args)
+    x64, w64, b64, s64 = _f64(x), _f64(args.weight), _f64(args.bias), _f64(state)
+    g64, q64 = _f64(args.grad_y), _f64(args.grad_final)
+    seq_idx = None if args.seq_idx is None else args.seq_idx.cpu()
+
+    def forward() -> tuple[torch.Tensor, torch.Tensor, Saved]:
+        return conv_forward(x64, w64, b64, s64, seq_idx, args.activation)
+
+    if args.op in ("fwd", "update"):
+        return forward
+    assert g64 is not None, "backward core calls need grad_y"
+    if args.op == "fwd_bwd":
+        return lambda: conv_backward(forward()[2], w64, g64, q64)
+    saved = forward()[2]
+    return lambda: conv_backward(saved, w64, g64, q64)
+
+
 class ReferenceKernel(KernelBase):
     """The oracle as a kernel under test: computes in float64, returns the input dtype."""
 
     name = "reference"
     capabilities = Capabilities()
+
+    def core_call(self, args: CoreArgs) -> CoreCall:  # type: ignore[override]
+        return _reference_core(args)
 
     def forward(
         self,

@@ -114,22 +114,11 @@ def measure_rates(device: torch.device | str, nbytes: int = 64 << 20) -> Rates:
 
     Bandwidth: a copy of ``nbytes`` into a preallocated buffer (read + write). Compute:
     16 rounds of ``addcmul_`` on a 256 KiB buffer that stays in cache, so the rate is
-    arithmetic, not memory, bound.
+    arithmetic, not memory, bound. (``convmatrix.runners.calibrate`` holds the measurements
+    and caches them per process.)
     """
-    from convmatrix.runners.timing import TimingPlan, measure_on
+    from convmatrix.runners.calibrate import rates_of, time_copy, time_fma
+    from convmatrix.runners.timing import TimingPlan
 
     plan = TimingPlan(repeats_min=5, repeats_max=50, budget_s=0.2)
-    n = max(1, nbytes // 4)
-    src = torch.ones(n, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)  # preallocated: page faults of a fresh clone are not bandwidth
-    copy = measure_on(device, lambda: dst.copy_(src), plan, scope="calibrate")
-    small, rounds = 1 << 16, 16
-    a = torch.full((small,), 0.5, dtype=torch.float32, device=device)
-    acc = torch.zeros(small, dtype=torch.float32, device=device)
-
-    def fma() -> None:
-        for _ in range(rounds):
-            acc.addcmul_(a, a)
-
-    compute = measure_on(device, fma, plan, scope="calibrate")
-    return Rates(bandwidth=2 * n * 4 / copy.median_s, compute=2 * small * rounds / compute.median_s)
+    return rates_of(time_copy(device, 2 * nbytes, plan), time_fma(device, plan))

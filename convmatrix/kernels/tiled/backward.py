@@ -24,7 +24,7 @@ from convmatrix.kernels.protocol import Geometry
 from convmatrix.kernels.tiled.forward import Operands, accumulate_taps, prepare
 from convmatrix.kernels.tiled.tiles import Placed, token_window
 
-__all__ = ["Gradients", "tiled_backward"]
+__all__ = ["Gradients", "backward_tiles", "tiled_backward"]
 
 F32 = torch.float32
 
@@ -78,9 +78,26 @@ def tiled_backward(
 ) -> Gradients:
     """(dx, dweight, dbias, dinitial_state) in the dtypes of x, weight, bias and the state."""
     ops = prepare(x, weight, bias, initial_state, seq_idx, geometry)
+    dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+    return backward_tiles(ops, dtypes, initial_state, silu, geometry, grad_y, grad_final)
+
+
+def backward_tiles(
+    ops: Operands,
+    dtypes: tuple[torch.dtype, torch.dtype, torch.dtype | None],
+    initial_state: torch.Tensor | None,
+    silu: bool,
+    geometry: Geometry,
+    grad_y: torch.Tensor,
+    grad_final: torch.Tensor | None,
+) -> Gradients:
+    """The tile loop and both reduction stages of ``tiled_backward`` on prepared operands;
+    ``dtypes`` are those of (x, weight, bias). The workspace zeroing and the second stage are
+    part of it: they are the backward's own cost, not a conversion."""
+    x_dtype, w_dtype, b_dtype = dtypes
     plan, halo, tile = ops.plan, ops.plan.width - 1, geometry.time_tile
     groups = geometry.partial_groups or 1
-    dx = plan.empty_output(x.dtype)
+    dx = plan.empty_output(x_dtype)
     dstate = None
     destinations: list[Placed] = [(dx, 0)]
     if initial_state is not None:
@@ -90,7 +107,7 @@ def tiled_backward(
     final_parts: list[Placed] = []
     if grad_final is not None:
         final_parts.append((grad_final, plan.seqlen - halo))
-    workspace = torch.zeros(groups, plan.dim, plan.width + 1, dtype=F32, device=x.device)
+    workspace = torch.zeros(groups, plan.dim, plan.width + 1, dtype=F32, device=plan.device)
 
     for j in range(plan.n_time_tiles):
         t0 = j * tile
@@ -128,6 +145,6 @@ def tiled_backward(
     reduced = workspace[0].clone()
     for group in range(1, groups):
         reduced += workspace[group]
-    dweight = reduced[:, : plan.width].to(weight.dtype)
-    dbias = None if bias is None else reduced[:, plan.width].to(bias.dtype)
+    dweight = reduced[:, : plan.width].to(w_dtype)
+    dbias = None if b_dtype is None else reduced[:, plan.width].to(b_dtype)
     return dx, dweight, dbias, dstate

@@ -26,7 +26,7 @@ from convmatrix.kernels.protocol import Geometry
 from convmatrix.kernels.semantics import packed_tap_masks
 from convmatrix.kernels.tiled.tiles import Placed, TilePlan, plan_tiles, token_window
 
-__all__ = ["Operands", "accumulate_taps", "prepare", "tiled_forward"]
+__all__ = ["Operands", "accumulate_taps", "forward_tiles", "prepare", "tiled_forward"]
 
 F32 = torch.float32
 
@@ -99,9 +99,17 @@ def tiled_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, final_state) in x's dtype; y in x's layout, final_state (B, C, K-1)."""
     ops = prepare(x, weight, bias, initial_state, seq_idx, geometry)
-    plan, halo, tile = ops.plan, ops.plan.width - 1, geometry.time_tile
-    y = plan.empty_output(x.dtype)
-    final = x.new_zeros(plan.batch, plan.dim, halo)
+    return forward_tiles(ops, x.dtype, silu, initial_state)
+
+
+def forward_tiles(
+    ops: Operands, dtype: torch.dtype, silu: bool, initial_state: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tile loop of ``tiled_forward`` on prepared operands (the ``kernel`` timing scope
+    times this alone: ``prepare``'s FP32 casts and channel padding stay outside)."""
+    plan, halo, tile = ops.plan, ops.plan.width - 1, ops.plan.time_tile
+    y = plan.empty_output(dtype)
+    final = torch.zeros(plan.batch, plan.dim, halo, dtype=dtype, device=plan.device)
     if plan.seqlen == 0 and initial_state is not None:  # nothing to run: F is the state
         final.copy_(initial_state)
     for j in range(plan.n_time_tiles):

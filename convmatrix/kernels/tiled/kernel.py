@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
+from convmatrix.kernels.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.protocol import Capabilities, Geometry, KernelBase
 from convmatrix.kernels.semantics import check_forward_args, update_via_forward
-from convmatrix.kernels.tiled.backward import tiled_backward
-from convmatrix.kernels.tiled.forward import tiled_forward
+from convmatrix.kernels.tiled.backward import backward_tiles, tiled_backward
+from convmatrix.kernels.tiled.forward import forward_tiles, prepare, tiled_forward
 from convmatrix.kernels.tiled.geometry import DEFAULT_GEOMETRY, geometry_from_env, make_geometry
 
 __all__ = ["TiledFunction", "TiledKernel"]
@@ -114,6 +115,29 @@ class TiledKernel(KernelBase):
             return update_via_forward(
                 forward, x, conv_state, weight, bias, activation, cache_seqlens, state_indices
             )
+
+    def core_call(self, args: CoreArgs) -> CoreCall:
+        """The tile loops alone (``convmatrix.kernels.corecall``): ``prepare`` (FP32 weights
+        padded to whole channel tiles, packed masks) runs now; autograd and argument checks
+        are left out. Backward includes its workspace zeroing and second-stage reduction."""
+        x, initial_state = args.x, args.initial_state
+        if args.op == "update":
+            x, initial_state = update_history(args)
+        ops = prepare(x, args.weight, args.bias, initial_state, args.seq_idx, self.geometry)
+        dtypes = (x.dtype, args.weight.dtype, None if args.bias is None else args.bias.dtype)
+
+        def forward() -> Any:
+            return forward_tiles(ops, x.dtype, args.silu, initial_state)
+
+        def backward() -> Any:
+            assert args.grad_y is not None, "backward core calls need grad_y"
+            return backward_tiles(
+                ops, dtypes, initial_state, args.silu, self.geometry, args.grad_y, args.grad_final
+            )
+
+        if args.op == "fwd_bwd":
+            return lambda: (forward(), backward())
+        return backward if args.op == "bwd" else forward
 
     def describe(self) -> Mapping[str, Any]:
         return {

@@ -1,0 +1,91 @@
+"""Effective rates of the device a process times on: the yardsticks of the performance model.
+
+SPEC.md §5: ``t >= max(F / P_eff, D / BW_eff)`` with *measured* rates, never sheet numbers.
+
+- ``time_copy(device, D)``: a copy whose traffic is D bytes (D/2 read, D/2 written, into a
+  preallocated buffer: page faults of a fresh allocation are not bandwidth). Dao's maintainers
+  call their kernel "as fast as a memcpy": this is that yardstick, per case, at the case's own
+  D, so cache residency and per-call launch cost at that size are in it.
+- ``time_fma(device)``: fp32 fused multiply-adds on a 256 KiB buffer that stays in cache, so the
+  rate is arithmetic, not memory, bound.
+- ``calibration(device)``: both measured once per process and device (a worker measures its
+  own, under its own thread count) and cached: the device's streaming bandwidth (a 32 MiB copy)
+  and P_eff. Every timed case stores the ``fma`` row and its ``memcpy`` row beside its
+  scopes, so a stored timing carries the rates its efficiency was computed with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from convmatrix.runners.perfmodel import Rates
+from convmatrix.runners.results import TimingResult
+from convmatrix.runners.timing import TimingPlan, measure_on
+
+__all__ = [
+    "CALIBRATION_SCOPES",
+    "COPY_PLAN",
+    "Calibration",
+    "calibration",
+    "rates_of",
+    "time_copy",
+    "time_fma",
+]
+
+# Scopes of the yardstick rows: stored beside the kernel's timings, never judged as the kernel.
+CALIBRATION_SCOPES = ("memcpy", "fma")
+COPY_PLAN = TimingPlan(warmup_min=2, warmup_max=10, repeats_min=10, repeats_max=200, budget_s=0.05)
+DEVICE_COPY_BYTES = 32 << 20
+_FMA_ELEMENTS, _FMA_ROUNDS = 1 << 16, 16
+_CACHE: dict[str, Calibration] = {}
+
+
+def time_copy(
+    device: torch.device | str, nbytes: float, plan: TimingPlan = COPY_PLAN
+) -> TimingResult:
+    """Time a copy whose traffic (read + write) is ``nbytes`` (rounded up to 8 bytes)."""
+    n = max(1, -(-int(nbytes) // 8))  # float32 elements per side
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    result = measure_on(device, lambda: dst.copy_(src), plan, scope="memcpy")
+    return replace(result, flops=0.0, bytes_moved=float(8 * n))
+
+
+def time_fma(device: torch.device | str, plan: TimingPlan = COPY_PLAN) -> TimingResult:
+    """Time rounds of ``addcmul_`` on a cache-resident fp32 buffer (2 flops per element)."""
+    a = torch.full((_FMA_ELEMENTS,), 0.5, dtype=torch.float32, device=device)
+    acc = torch.zeros_like(a)
+
+    def fma() -> None:
+        for _ in range(_FMA_ROUNDS):
+            acc.addcmul_(a, a)
+
+    result = measure_on(device, fma, plan, scope="fma")
+    return replace(result, flops=float(2 * _FMA_ELEMENTS * _FMA_ROUNDS), bytes_moved=0.0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A process's measured rates and the two timings they come from."""
+
+    rates: Rates
+    copy: TimingResult  # the streaming copy of DEVICE_COPY_BYTES
+    fma: TimingResult
+
+
+def rates_of(copy: TimingResult, fma: TimingResult) -> Rates:
+    """Rates from a copy timing (bytes_moved set) and an fma timing (flops set), by medians."""
+    assert copy.bytes_moved and fma.flops, "time_copy / time_fma results carry their work"
+    return Rates(bandwidth=copy.bytes_moved / copy.median_s, compute=fma.flops / fma.median_s)
+
+
+def calibration(device: torch.device | str, nbytes: int = DEVICE_COPY_BYTES) -> Calibration:
+    """The rates of ``device`` in this process: measured on first use, then cached."""
+    key = f"{torch.device(device)}:{nbytes}"
+    if key not in _CACHE:
+        plan = TimingPlan(repeats_min=5, repeats_max=50, budget_s=0.2)
+        copy, fma = time_copy(device, nbytes, plan), time_fma(device, plan)
+        _CACHE[key] = Calibration(rates_of(copy, fma), copy, fma)
+    return _CACHE[key]
