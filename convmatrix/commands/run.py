@@ -12,8 +12,9 @@ or the run stopped early, 2 usage or matrix errors, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from convmatrix.runners.plan import load_plan, select_cases
 __all__ = ["RunOptions", "add_parser", "pytest_args", "run_command"]
 
 DEVICES = ("auto", "cpu", "cuda", "mlu")
+_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 
 @dataclass
@@ -89,10 +91,10 @@ def _check(opts: RunOptions) -> int:
 
 def pytest_args(opts: RunOptions, workers: int, n_cases: int) -> list[str]:
     """The pytest command line for a run: neutral config, quiet progress, our summary only."""
-    args = ["-c", os.devnull, "--rootdir", os.getcwd(), "--noconftest"]
-    args += ["-p", "no:cacheprovider", "-p", "no:benchmark", "--tb=no", "-rN"]
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        args += ["-p", "xdist.plugin", "-p", "convmatrix.runners.plugin"]
+    args = ["-c", os.devnull, "--rootdir", os.getcwd(), "--noconftest", "--assert=plain"]
+    args += ["-p", "no:cacheprovider", "--tb=no", "-rN"]
+    # Only the plugins a run needs (see _only_our_plugins): xdist and ours.
+    args += ["-p", "xdist.plugin", "-p", "convmatrix.runners.plugin"]
     args += ["-v"] * opts.verbose if opts.verbose else ["-q"]
     if workers:
         # A crashed worker is replaced; every case may crash its worker at worst (a resumed
@@ -114,6 +116,21 @@ def pytest_args(opts: RunOptions, workers: int, n_cases: int) -> list[str]:
     if opts.no_db:
         args.append("--no-db")
     return args + list(opts.pytest_extra)
+
+
+@contextlib.contextmanager
+def _only_our_plugins() -> Iterator[None]:
+    """No auto-loaded third-party pytest plugins in the run (workers inherit this too): they
+    cost seconds of start-up and summary time (hypothesis, benchmark, ...) and none applies."""
+    saved = os.environ.get(_AUTOLOAD)
+    os.environ[_AUTOLOAD] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_AUTOLOAD]
+        else:
+            os.environ[_AUTOLOAD] = saved
 
 
 class _Capture:
@@ -168,7 +185,8 @@ def run_command(opts: RunOptions) -> int:
     n_cases = _check(opts)
     workers = _workers(opts.workers, opts.device)
     capture = _Capture()
-    code = pytest.main(pytest_args(opts, workers, n_cases), plugins=[capture])
+    with _only_our_plugins():
+        code = pytest.main(pytest_args(opts, workers, n_cases), plugins=[capture])
     status = _exit_status(code, capture)
     if opts.report is not None and status != 2:
         _write_report(opts, capture)

@@ -59,12 +59,15 @@ def error_metrics(a: torch.Tensor, r: torch.Tensor, tau_scale: float = 1.0) -> E
     a = a.detach().cpu().to(F64)
     r = r.detach().cpu().to(F64)
     diff = (a - r).abs()
-    diff = torch.where(torch.isfinite(a) | ~torch.isfinite(r), diff, math.inf)
-    diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)
+    if not bool(torch.isfinite(diff).all()):  # rare: keep the fast path free of masks
+        diff = torch.where(torch.isfinite(a) | ~torch.isfinite(r), diff, math.inf)
+        diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)
     flat = int(torch.argmax(diff))
     worst = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
-    e_abs = float(diff.max())
-    den = torch.clamp(r.abs(), min=tau)
-    e_rel = float(_ratio(diff, den).max())
+    e_abs = float(diff.view(-1)[flat])
+    if tau > 0:  # every denominator is positive
+        e_rel = float((diff / torch.clamp(r.abs(), min=tau)).max())
+    else:
+        e_rel = float(_ratio(diff, r.abs()).max())
     e_norm = float(_ratio(torch.linalg.vector_norm(diff), torch.linalg.vector_norm(r)))
     return ErrorMetrics(e_abs, e_rel, e_norm, tau, scale, worst)

@@ -1,0 +1,95 @@
+"""Harness overhead: ``convmatrix run`` vs a bare loop doing the same work. Target <= 1.15.
+
+    python benchmarks/bench_harness.py [--matrix benchmarks/harness.matrix.yaml]
+                                       [--kernel torch] [--rounds 2] [--workers 0 1]
+
+The bare loop, in this process, does per case exactly the calls a run makes: draw the inputs,
+run the kernel forward and backward, the float64 reference, the torch path (not again when the
+kernel is the torch path itself) and the three error metrics of every output. The harness is
+the whole ``convmatrix run`` command as a user starts it: interpreter and torch start-up,
+pytest collection, xdist workers (``-n 1``; ``-n 0`` runs in-process), guards, the verdict, the
+database writes and the summary. Rounds alternate bare / harness so the machine's other load
+falls on both; the best of each is kept. The ratio harness / bare is printed per ``-n``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.registry import load
+from convmatrix.runners.execute import build_inputs
+from convmatrix.runners.invoke import kernel_outputs, reference_outputs
+from convmatrix.runners.metrics import error_metrics
+from convmatrix.runners.plan import load_plan
+
+HERE = Path(__file__).resolve().parent
+TARGET = 1.15
+
+
+def bare_loop(matrix: str, kernel_spec: str) -> float:
+    """Seconds for the kernel, reference, torch-path and metric calls of every case."""
+    kernel = load(kernel_spec)
+    framework = TorchKernel()
+    cases = load_plan(matrix, kernel).cases
+    cpu = torch.device("cpu")
+    start = time.perf_counter()
+    for case in cases:
+        inputs = build_inputs(case, cpu)
+        got = kernel_outputs(kernel, case, inputs)
+        ref = reference_outputs(case, inputs)
+        fw = got if type(kernel) is TorchKernel else kernel_outputs(framework, case, inputs)
+        for name, r in ref.items():
+            error_metrics(got[name], r)
+            error_metrics(fw[name], r)
+    return time.perf_counter() - start
+
+
+def harness(matrix: str, kernel_spec: str, workers: int) -> float:
+    """Seconds of wall time for the ``convmatrix run`` command, start-up included."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "convmatrix", "run", "--matrix", matrix]
+        cmd += ["--kernel", kernel_spec, "-n", str(workers), "--db", f"sqlite:///{tmp}/h.db"]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"convmatrix run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--matrix", default=str(HERE / "harness.matrix.yaml"))
+    parser.add_argument("--kernel", default="torch")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1])
+    args = parser.parse_args()
+    bare: list[float] = []
+    runs: dict[int, list[float]] = {n: [] for n in args.workers}
+    for round_ in range(args.rounds):
+        bare.append(bare_loop(args.matrix, args.kernel))
+        for n in args.workers:
+            runs[n].append(harness(args.matrix, args.kernel, n))
+        line = ", ".join(f"-n {n} {runs[n][-1]:.1f} s" for n in args.workers)
+        print(f"round {round_ + 1}: bare loop {bare[-1]:.1f} s, convmatrix run {line}")
+    best = min(bare)
+    print(f"bare loop (best of {args.rounds}): {best:.2f} s")
+    for n in args.workers:
+        ratio = min(runs[n]) / best
+        verdict = "ok" if ratio <= TARGET else "above target"
+        print(
+            f"convmatrix run -n {n} (best): {min(runs[n]):.2f} s  ratio {ratio:.3f} "
+            f"(target <= {TARGET}: {verdict})"
+        )
+
+
+if __name__ == "__main__":
+    main()
