@@ -73,7 +73,7 @@ class RunnerState:
         return not self.wanted or bool(select_cases([case], self.wanted, strict=False))
 
     def context(self, plan: Plan) -> Context:
-        return Context(self.kernel, plan.tolerances, plan.policy, self.device)
+        return Context(self.kernel, plan.tolerances, plan.policy, self.device, timing=plan.timing)
 
     def plan_for(self, source: str) -> Plan:
         if source not in self.plans:
@@ -298,13 +298,23 @@ class CaseItem(pytest.Item):
         state: RunnerState = self.config.stash[STATE]
         if state.recorder is not None:  # single process: nothing will run after us
             state.recorder.finish(state.planned, interrupted=True)
+            run = state.recorder.run_id
+            hint = f"; convmatrix run --resume {run} runs the rest" if run is not None else ""
+            capture = self.config.pluginmanager.getplugin("capturemanager")
+            if capture is not None:  # the test's output capture holds stdout/stderr now
+                capture.suspend_global_capture()
+            terminal = self.config.pluginmanager.getplugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(f"\nconvmatrix: {result.message} ({self.case.pytest_id}){hint}")
+                terminal.flush()
 
     def runtest(self) -> None:
         state: RunnerState = self.config.stash[STATE]
         limit = state.timeout_s or self.plan.timeout_s
 
         def on_timeout() -> None:
-            message = f"no result after {limit:g} s (the per-case limit); worker restarted"
+            after = "worker restarted" if state.role == "worker" else "the run stopped here"
+            message = f"no result after {limit:g} s (the per-case limit); {after}"
             result = CaseResult(self.case, "timeout", limit, message, worker=self._worker())
             self._deliver(result, "\n".join(describe(result)))
 

@@ -14,11 +14,13 @@ timer) then ends the process some seconds later and the case is recorded as cras
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import sys
 import threading
 from collections.abc import Callable
+from traceback import format_exc
 from types import TracebackType
 
 __all__ = ["Watchdog"]
@@ -71,9 +73,11 @@ class Watchdog:
             return
         try:
             self._on_timeout()
-        except BaseException as err:  # still leave: the case is hung either way
-            print(f"convmatrix: recording the timeout failed: {err!r}", file=sys.stderr)
+        except BaseException:  # still leave: the case is hung either way
+            # sys.stderr may be pytest's capture buffer: write to the real descriptor.
+            os.write(2, f"convmatrix: recording the timeout failed:\n{format_exc()}".encode())
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                with contextlib.suppress(Exception):
+                    stream.flush()
             os._exit(EXIT_STATUS)
