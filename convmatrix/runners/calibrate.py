@@ -9,8 +9,8 @@ SPEC.md §5: ``t >= max(F / P_eff, D / BW_eff)`` with *measured* rates, never sh
 - ``time_fma(device)``: fp32 fused multiply-adds on a 256 KiB buffer that stays in cache, so the
   rate is arithmetic, not memory, bound.
 - ``calibration(device)``: both measured once per process and device (a worker measures its
-  own, under its own thread count) and cached: the device's streaming bandwidth (a 32 MiB copy)
-  and P_eff. Every timed case stores the ``fma`` row and its ``memcpy`` row beside its
+  own, under its own thread count) and cached: the device's streaming bandwidth (a copy moving
+  256 MiB) and P_eff. Every timed case stores the ``fma`` row and its ``memcpy`` row beside its
   scopes, so a stored timing carries the rates its efficiency was computed with.
 """
 
@@ -37,7 +37,7 @@ __all__ = [
 # Scopes of the yardstick rows: stored beside the kernel's timings, never judged as the kernel.
 CALIBRATION_SCOPES = ("memcpy", "fma")
 COPY_PLAN = TimingPlan(warmup_min=2, warmup_max=10, repeats_min=10, repeats_max=200, budget_s=0.05)
-DEVICE_COPY_BYTES = 32 << 20
+DEVICE_COPY_BYTES = 256 << 20  # traffic; 128 MiB a side is past any last-level cache
 _FMA_ELEMENTS, _FMA_ROUNDS = 1 << 16, 16
 _CACHE: dict[str, Calibration] = {}
 

@@ -18,6 +18,7 @@ import torch
 from convmatrix.kernels.framework import TorchKernel
 from convmatrix.kernels.protocol import ContractError
 from convmatrix.matrix.case import Case
+from convmatrix.matrix.spec import TimingSettings
 from convmatrix.matrix.tolerances import Policy, Tolerances
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
 from convmatrix.runners.invoke import KernelFault, kernel_outputs, reference_outputs
@@ -42,6 +43,7 @@ class Context:
     policy: Policy = field(default_factory=Policy)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     framework: Any = field(default_factory=TorchKernel)
+    timing: TimingSettings = field(default_factory=TimingSettings)  # for ``case.timed`` cases
 
 
 def skip_reason(kernel: Any, case: Case) -> str | None:
@@ -122,6 +124,18 @@ def _metrics(case: Case, ctx: Context, got: dict, ref: dict, fw: dict | None) ->
     return judged
 
 
+def _time(case: Case, ctx: Context, result: CaseResult) -> None:
+    """Time a passed ``timed`` case after judging it, on fresh inputs (never inside the
+    comparison). A kernel that raises here, having passed, makes the case an ``error``."""
+    from convmatrix.runners.timed import time_case
+
+    try:
+        result.timings = time_case(ctx.kernel, case, ctx.device, ctx.timing, ctx.framework)
+    except Exception as exc:
+        result.outcome = "error"
+        result.message = f"timing raised {type(exc).__name__}: {exc}"
+
+
 def run_case(case: Case, ctx: Context) -> CaseResult:
     """Execute and judge one case on ``ctx.device``."""
     start = time.perf_counter()
@@ -141,6 +155,8 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
             result.outputs = _metrics(case, ctx, got, ref, fw)
             result.properties += run_properties(ctx.kernel, case, ctx.tolerances, ctx.device)
             result.outcome = outcome_of(result)
+            if case.timed and result.outcome == "passed":
+                _time(case, ctx, result)
         except KernelFault as exc:
             result.outcome, result.message = "failed", str(exc)
             if not result.properties:

@@ -18,6 +18,7 @@ from typing import Any
 
 from convmatrix.errors import UsageError
 from convmatrix.matrix.case import Case
+from convmatrix.matrix.spec import TimingSettings
 from convmatrix.matrix.tolerances import Policy, Tolerances
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Plan", "combined_identity", "load_plan", "select_cases"]
@@ -36,6 +37,7 @@ class Plan:
     tolerances: Tolerances = field(default_factory=Tolerances)
     policy: Policy = field(default_factory=Policy)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    timing: TimingSettings = field(default_factory=TimingSettings)  # for ``timed`` cases
 
 
 def _canonical_source(source: str) -> str:
@@ -76,6 +78,7 @@ def load_plan(source: str, kernel: Any) -> Plan:
         tolerances=expansion.tolerances,
         policy=expansion.policy,
         timeout_s=float(expansion.timeout_s),
+        timing=expansion.timing,
     )
 
 
