@@ -22,6 +22,7 @@ from markupsafe import Markup, escape
 
 from convmatrix import __version__
 from convmatrix.reports.charts import history_charts
+from convmatrix.reports.timing_charts import timing_charts
 from convmatrix.reports.viewmodel import write_json
 
 __all__ = ["render_html", "write_report"]
@@ -129,6 +130,8 @@ def render_html(view: Any, template: str | None = None) -> str:
     extra: dict[str, Any] = {}
     if view.kind == "history":
         extra["charts"] = history_charts(view)
+    if view.kind == "run":
+        extra["timing_charts"] = timing_charts(view.performance)
     return _environment().get_template(template or f"{view.kind}.html").render(view=view, **extra)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convmatrix.reports.pivots import Pivot, build_pivots
+from convmatrix.reports.timing_view import TimingSummary, build_timing_summary
 from convmatrix.reports.viewmodel import BAD_OUTCOMES, RunHeader, severity
 from convmatrix.runners.results import CaseResult, OutputMetrics
 
@@ -111,6 +112,7 @@ class RunView:
     skipped: dict[str, int] = field(default_factory=dict)  # skip reason -> cases
     rerun_all_failed: str | None = None
     hotspots: list[Hotspot] = field(default_factory=list)
+    performance: TimingSummary | None = None  # scopes side by side, rates, sweeps
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -238,4 +240,5 @@ def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
         skipped=dict(skipped.most_common()),
         rerun_all_failed=rerun_command(run, [f.case_id for f in failures]) if failures else None,
         hotspots=hotspots(pivots),
+        performance=build_timing_summary(results, run.geometry),
     )
