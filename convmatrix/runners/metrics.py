@@ -64,7 +64,7 @@ def error_metrics(a: torch.Tensor, r: torch.Tensor, tau_scale: float = 1.0) -> E
         diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)
     flat = int(torch.argmax(diff))
     worst = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
-    e_abs = float(diff.view(-1)[flat])
+    e_abs = float(diff.reshape(-1)[flat])  # diff keeps a channel-last layout: no view
     if tau > 0:  # every denominator is positive
         e_rel = float((diff / torch.clamp(r.abs(), min=tau)).max())
     else:
