@@ -136,3 +136,13 @@ def test_describe_names_every_failing_output_where_and_what_was_allowed():
     assert len(lines) == 4  # dx passed: not listed
     assert severity(result) == pytest.approx(2.0)
     assert severity(CaseResult(case, "crashed")) == math.inf
+
+
+def test_non_contiguous_outputs_are_measured_as_they_are():
+    """A channel-last kernel returns (B, C, L) with channels innermost: no copy is assumed."""
+    r = torch.arange(24, dtype=F64).reshape(2, 3, 4)
+    a = r.transpose(1, 2).contiguous().transpose(1, 2).clone(memory_format=torch.preserve_format)
+    a[1, 2, 3] += 0.5
+    assert not a.is_contiguous()
+    m = error_metrics(a, r)
+    assert (m.e_abs, m.worst_index) == (0.5, [1, 2, 3])
