@@ -11,7 +11,7 @@ from reports_support import XSS, synthetic_results, tile_plus_one_channel_last, 
 from sqlalchemy.engine import make_url
 
 from convmatrix.cli import main
-from convmatrix.db import open_database
+from convmatrix.db import ResultWriter, RunMeta, open_database
 
 
 def _two_runs(engine):
@@ -105,3 +105,23 @@ def test_report_never_embeds_the_database_password(db_url, db_engine, tmp_path):
     assert len(list(out.iterdir())) == 2
     for path in out.iterdir():
         assert "s3cr3t-pw" not in path.read_text()
+
+
+def test_an_interrupted_run_is_incomplete_not_passed(sqlite_url, tmp_path, capsys):
+    """Killed half-way with only passing results so far: the gate must not read it as a pass."""
+    engine = open_database(sqlite_url)
+    results = synthetic_results(10, extras=False)
+    with pytest.raises(KeyboardInterrupt), ResultWriter(engine) as writer:
+        writer.start_run(
+            RunMeta(kernel="tiled", matrix="nightly", matrix_hash="0" * 64, n_planned=10)
+        )
+        for r in results[:4]:
+            writer.add(r)
+        raise KeyboardInterrupt
+    engine.dispose()
+    assert main(["report", "latest", "--db", sqlite_url, "--out", str(tmp_path / "o")]) == 1
+    assert "INCOMPLETE tiled (run 1) [interrupted]: 4 passed" in capsys.readouterr().out
+    assert (
+        '<span class="verdict bad" id="verdict">INCOMPLETE</span>'
+        in (tmp_path / "o" / "run-1.html").read_text()
+    )

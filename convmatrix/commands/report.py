@@ -1,7 +1,8 @@
 """``convmatrix report RUN [--out DIR]``: the run report, HTML and JSON, for a person and CI.
 
 Exit status 0 when every case of the run passed (skips allowed), 1 when any failed, crashed,
-timed out or errored, so CI can gate on the report as on the run itself.
+timed out or errored, or when the run is incomplete (interrupted, still running, or short of
+the cases it planned), so CI can gate on the report as on the run itself.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
     view, html = write_run_report(spec, out_dir, db)
     run = view.run
     counts = ", ".join(f"{n} {o}" for o, n in run.counts.items() if n)
-    verdict = "PASSED" if run.passed else "FAILED"
-    print(f"{verdict} {run.title}: {counts or 'no results'}")
+    status = "" if run.status == "finished" else f" [{run.status}]"
+    print(f"{run.verdict} {run.title}{status}: {counts or 'no results'}")
     for failure in view.failures[:10]:
         print(f"  {failure.outcome:<8} {failure.name}")
     if len(view.failures) > 10:
         print(f"  ... and {len(view.failures) - 10} more")
     print(f"report: {html}")
-    return 0 if run.passed else 1
+    return 0 if run.verdict == "PASSED" else 1
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "report",
         help="write the HTML report of one run",
         description="Write run-<id>.html (self-contained) and run-<id>.json for one run. "
-        "Exit 0 when every case passed, 1 when any failed.",
+        "Exit 0 when every case passed, 1 when any failed or the run is incomplete.",
     )
     parser.add_argument("run", metavar="RUN", help=RUN_HELP)
     parser.add_argument(

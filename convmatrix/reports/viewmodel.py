@@ -66,7 +66,22 @@ class RunHeader:
 
     @property
     def passed(self) -> bool:
+        """No case failed, crashed, timed out or errored (skips allowed)."""
         return not any(self.counts.get(o, 0) for o in BAD_OUTCOMES)
+
+    @property
+    def complete(self) -> bool:
+        """The run finished and holds a result for every case it planned."""
+        planned = self.n_planned if self.n_planned is not None else self.n_cases
+        return self.status == "finished" and self.n_cases >= planned
+
+    @property
+    def verdict(self) -> str:
+        """PASSED, FAILED, or INCOMPLETE (nothing failed, but the run stopped or is running):
+        CI must not read a run killed half-way as a pass."""
+        if not self.passed:
+            return "FAILED"
+        return "PASSED" if self.complete else "INCOMPLETE"
 
 
 def _iso(value: datetime | None) -> str | None:
