@@ -181,4 +181,5 @@ def test_added_and_removed_cases_and_new_failures_among_added():
     assert [c.case_id for c in view.new_failures] == [results[5].case.id]
     assert view.conditions() == {
         "new-failures": True, "error-regression": False, "timing-regression": False,
+        "timing-history": False,
     }  # fmt: skip

@@ -1,9 +1,12 @@
 """``convmatrix diff BASE HEAD``: what changed between two runs, for a person and for CI.
 
 Prints a text summary, writes the HTML (and JSON beside it) with ``--out``, and exits 1 when a
-``--fail-on`` condition holds. ``--previous HEAD`` compares HEAD with the newest earlier run of
-the same kernel, matrix and device (what ``nox -s matrix`` does each night); with no such run
-there is nothing to compare and the exit status is 0.
+``--fail-on`` condition holds. Timing claims follow ``reports.timing_compare`` (rank test,
+minimum ratio, framework-path control) and, with ``--timing-history N``,
+``reports.timing_history`` (a baseline window against confirming recent runs).
+``--previous HEAD`` compares HEAD with the newest earlier run of the same kernel, matrix and
+device (what ``nox -s matrix`` does each night); with no such run there is nothing to compare
+and the exit status is 0.
 """
 
 from __future__ import annotations
@@ -17,17 +20,33 @@ from convmatrix.commands.report import DB_HELP, RUN_HELP
 from convmatrix.errors import UsageError
 from convmatrix.reports.diff import FAIL_ON, DiffOptions, DiffView, build_diff, summary_text
 from convmatrix.reports.render import write_report
-from convmatrix.reports.source import load_run, open_for_reading, previous_run
+from convmatrix.reports.source import earlier_runs, load_run, open_for_reading, previous_run
 from convmatrix.reports.timing_compare import TimingRule
+from convmatrix.reports.timing_history import HistoryRule, TimingHistory, history_regressions
 
 __all__ = ["add_parser", "diff_command", "diff_runs"]
 
 
+def _timing_history(session: Session, head: object, rule: HistoryRule, url: str) -> TimingHistory:
+    """HEAD's timings against the runs of its kernel, matrix and device before it."""
+    info, results = head.info, head.results  # type: ignore[attr-defined]
+    lineage = list(reversed(earlier_runs(session, info, rule.window + rule.confirm - 1)))
+    runs = [(r.id, {x.case.id: x.timings for x in load_run(session, str(r.id), url).results})
+            for r in lineage]  # fmt: skip
+    runs.append((info.id, {x.case.id: x.timings for x in results}))
+    return history_regressions(runs, {x.case.id: x.case.pytest_id for x in results}, rule)
+
+
 def diff_runs(
-    base: str | None, head: str, options: DiffOptions, db: str | None = None
+    base: str | None,
+    head: str,
+    options: DiffOptions,
+    db: str | None = None,
+    history: HistoryRule | None = None,
 ) -> DiffView | None:
     """The diff of two runs; ``base=None`` means the previous run of HEAD's kernel (``None``
-    is returned when there is none)."""
+    is returned when there is none). With ``history``, HEAD's timings are also judged against
+    the runs of its lineage (``timing_history``)."""
     engine, url = open_for_reading(db)
     try:
         with Session(engine) as session:
@@ -38,9 +57,12 @@ def diff_runs(
                     return None
                 base = str(prev.id)
             old = load_run(session, base, url, what="BASE")
+            judged = None if history is None else _timing_history(session, new, history, url)
     finally:
         engine.dispose()
-    return build_diff(old.header, old.results, new.header, new.results, options)
+    view = build_diff(old.header, old.results, new.header, new.results, options)
+    view.timing_history = judged
+    return view
 
 
 def _floors(values: list[str]) -> tuple[float | None, dict[str, float]]:
@@ -77,12 +99,21 @@ def diff_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--factor {args.factor}: must be greater than 1")
     conditions = _fail_on(args.fail_on)
     floor, floors = _floors(args.floor)
+    control = None if args.timing_control == "none" else args.timing_control
     options = DiffOptions(
         factor=args.factor, floor=floor, floors=floors,
-        timing=TimingRule(ratio=args.timing_ratio, alpha=args.timing_alpha),
+        timing=TimingRule(ratio=args.timing_ratio, alpha=args.timing_alpha, control=control),
     )  # fmt: skip
+    history = None
+    if args.timing_history:
+        if args.timing_history < 3 or args.timing_confirm < 1:
+            raise UsageError("--timing-history needs at least 3 runs, --timing-confirm 1 or more")
+        history = HistoryRule(
+            window=args.timing_history, confirm=args.timing_confirm, ratio=args.timing_ratio,
+            control=control,
+        )  # fmt: skip
     base, head = (None, args.runs[0]) if args.previous else args.runs
-    view = diff_runs(base, head, options, args.db)
+    view = diff_runs(base, head, options, args.db, history)
     if view is None:
         print(f"diff: no earlier run of the kernel of run {head!r} to compare with")
         return 0
@@ -130,6 +161,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--timing-alpha", type=float, default=TimingRule.alpha,
         help="significance of the Mann-Whitney U test on the samples (default 0.01)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timing-control", default=TimingRule.control, metavar="SCOPE",
+        help="scope measured beside each case that a timing claim must also hold against "
+        "(default framework: the PyTorch path; 'none' to judge raw times)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timing-history", type=int, default=0, metavar="N",
+        help="also judge HEAD's timings against the N runs of its kernel, matrix and device "
+        "before the confirming ones: slower than all of them and x ratio their median in each "
+        "of the --timing-confirm newest runs (fail on it with --fail-on timing-history)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timing-confirm", type=int, default=HistoryRule.confirm, metavar="K",
+        help="consecutive newest runs (HEAD included) that must all be slower (default 2)",
     )  # fmt: skip
     parser.add_argument("--db", metavar="URL", help=DB_HELP)
     parser.set_defaults(handler=diff_command)

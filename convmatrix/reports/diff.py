@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from convmatrix.matrix.tolerances import DEFAULT_TOLERANCES
 from convmatrix.reports.timing_compare import TimingComparison, TimingRule, compare_timings
+from convmatrix.reports.timing_history import TimingHistory
 from convmatrix.reports.viewmodel import BAD_OUTCOMES, RunHeader
 from convmatrix.runners.results import CaseResult, OutputMetrics
 
@@ -31,7 +32,7 @@ __all__ = [
     "summary_text",
 ]
 
-FAIL_ON = ("new-failures", "error-regression", "timing-regression")
+FAIL_ON = ("new-failures", "error-regression", "timing-regression", "timing-history")
 _FALLBACK_FLOOR = 1e-6  # dtypes the tolerance table does not know
 
 
@@ -96,6 +97,7 @@ class DiffView:
     timing: TimingComparison
     added: list[OutcomeChange]
     removed: list[OutcomeChange]
+    timing_history: TimingHistory | None = None  # ``--timing-history``: HEAD vs its lineage
 
     def conditions(self) -> dict[str, bool]:
         """Which ``--fail-on`` conditions hold."""
@@ -103,6 +105,7 @@ class DiffView:
             "new-failures": bool(self.new_failures),
             "error-regression": bool(self.error_regressions),
             "timing-regression": bool(self.timing.regressions),
+            "timing-history": bool(self.timing_history and self.timing_history.regressions),
         }
 
     @property
@@ -263,8 +266,24 @@ def summary_text(view: DiffView, limit: int = 10) -> str:
             f"  REGRESSION   {e.name} {e.output}: e_rel {e.base_rel:.3g} -> {e.head_rel:.3g}, "
             f"e_norm {e.base_norm:.3g} -> {e.head_norm:.3g}"
         )
+    if view.timing.drift is not None:
+        drift = view.timing.drift
+        lines.append(f"  machine drift (framework path, median over cases): x{drift:.3f}")
     for t in view.timing.regressions[:limit]:
-        lines.append(f"  SLOWER       {t.name} [{t.scope}] x{t.ratio:.2f} (p={t.p_value:.2g})")
+        corrected = f", x{t.corrected_ratio:.2f} vs framework" if t.corrected_ratio else ""
+        lines.append(
+            f"  SLOWER       {t.name} [{t.scope}{'/' + t.mode if t.mode else ''}] "
+            f"x{t.ratio:.2f} (p={t.p_value:.2g}{corrected})"
+        )
+    history = view.timing_history
+    if history is not None:
+        lines.append(
+            f"  timing history: {len(history.regressions)} regressions of {history.judged} "
+            f"timings (baseline runs {history.baseline_runs}, confirmed by {history.recent_runs})"
+        )
+        for c in history.regressions[:limit]:
+            mode = "/" + c.mode if c.mode else ""
+            lines.append(f"  SLOWER SINCE {c.name} [{c.scope}{mode}] x{c.ratio:.2f}")
     if view.empty:
         lines.append("  no changes")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from convmatrix.runners.results import CaseResult
 
 __all__ = [
     "LoadedRun",
+    "earlier_runs",
     "load_run",
     "open_for_reading",
     "previous_run",
@@ -68,7 +69,14 @@ def load_run(session: Session, spec: str, url: str, *, what: str = "RUN") -> Loa
 def previous_run(session: Session, run: RunInfo) -> RunInfo | None:
     """The newest run before ``run`` of the same kernel, matrix and device kind: what a nightly
     diff compares against. Uses the (kernel, started_at) index."""
-    row = session.scalars(
+    found = earlier_runs(session, run, 1)
+    return found[0] if found else None
+
+
+def earlier_runs(session: Session, run: RunInfo, limit: int) -> list[RunInfo]:
+    """Up to ``limit`` runs before ``run`` of the same kernel, matrix and device kind, newest
+    first (the history a timing is judged against)."""
+    rows = session.scalars(
         select(Run.id)
         .where(
             Run.kernel == run.kernel,
@@ -80,9 +88,9 @@ def previous_run(session: Session, run: RunInfo) -> RunInfo | None:
             ),
         )
         .order_by(Run.started_at.desc(), Run.id.desc())
-        .limit(1)
-    ).first()
-    return None if row is None else resolve_run(session, row)
+        .limit(limit)
+    ).all()
+    return [resolve_run(session, row) for row in rows]
 
 
 def run_case_counts(

@@ -16,6 +16,7 @@ SPEC.md §5: ``t >= max(F / P_eff, D / BW_eff)`` with *measured* rates, never sh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -29,6 +30,8 @@ __all__ = [
     "COPY_PLAN",
     "Calibration",
     "calibration",
+    "copy_bytes",
+    "copy_call",
     "rates_of",
     "time_copy",
     "time_fma",
@@ -42,15 +45,25 @@ _FMA_ELEMENTS, _FMA_ROUNDS = 1 << 16, 16
 _CACHE: dict[str, Calibration] = {}
 
 
+def copy_bytes(nbytes: float) -> int:
+    """The traffic ``copy_call(nbytes)`` really moves: ``nbytes`` rounded up to 8 bytes."""
+    return 8 * max(1, -(-int(nbytes) // 8))
+
+
+def copy_call(device: torch.device | str, nbytes: float) -> Callable[[], object]:
+    """A copy whose traffic (read + write) is ``copy_bytes(nbytes)``, into a preallocated
+    buffer."""
+    src = torch.ones(copy_bytes(nbytes) // 8, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def time_copy(
     device: torch.device | str, nbytes: float, plan: TimingPlan = COPY_PLAN
 ) -> TimingResult:
-    """Time a copy whose traffic (read + write) is ``nbytes`` (rounded up to 8 bytes)."""
-    n = max(1, -(-int(nbytes) // 8))  # float32 elements per side
-    src = torch.ones(n, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    result = measure_on(device, lambda: dst.copy_(src), plan, scope="memcpy")
-    return replace(result, flops=0.0, bytes_moved=float(8 * n))
+    """Time ``copy_call(device, nbytes)``: scope ``memcpy``, ``bytes_moved`` its traffic."""
+    result = measure_on(device, copy_call(device, nbytes), plan, scope="memcpy")
+    return replace(result, flops=0.0, bytes_moved=float(copy_bytes(nbytes)))
 
 
 def time_fma(device: torch.device | str, plan: TimingPlan = COPY_PLAN) -> TimingResult:
@@ -76,9 +89,11 @@ class Calibration:
 
 
 def rates_of(copy: TimingResult, fma: TimingResult) -> Rates:
-    """Rates from a copy timing (bytes_moved set) and an fma timing (flops set), by medians."""
+    """Rates from a copy timing (bytes_moved set) and an fma timing (flops set), by their
+    fastest repetition: what the device reaches. On a shared machine a burst of load during
+    the one-off calibration inflates every median after it, never the minimum."""
     assert copy.bytes_moved and fma.flops, "time_copy / time_fma results carry their work"
-    return Rates(bandwidth=copy.bytes_moved / copy.median_s, compute=fma.flops / fma.median_s)
+    return Rates(bandwidth=copy.bytes_moved / copy.min_s, compute=fma.flops / fma.min_s)
 
 
 def calibration(device: torch.device | str, nbytes: int = DEVICE_COPY_BYTES) -> Calibration:

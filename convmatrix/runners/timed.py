@@ -13,26 +13,34 @@ no timing ever runs inside the numeric comparison. Rows produced (``TimingResult
 For every kernel, op, subgraph and framework row: ``flops``/``bytes_moved`` from the model,
 ``bound_s = max(F / P_eff, t_memcpy(D))`` (the memory term is the measured copy of the same D
 bytes, ``D / BW_eff`` with ``BW_eff`` measured at that size) and ``efficiency = bound / median``.
+
+The scopes of a case are timed *interleaved*: each is warmed up, then every round calls each
+scope once, so all of them (the framework control and the memcpy included) see the same
+machine load. On a shared machine the load moves by tens of percent within seconds; timed one
+after the other, two scopes of the same work were seen 30% apart, interleaved they agree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
 
 from convmatrix.matrix.case import Case
 from convmatrix.matrix.spec import TimingSettings
-from convmatrix.runners.calibrate import calibration, time_copy
+from convmatrix.runners.calibrate import calibration, copy_bytes, copy_call, time_copy
+from convmatrix.runners.devices import synchronize, timer
 from convmatrix.runners.inputs import build_forward, build_update
 from convmatrix.runners.perfmodel import Work, efficiency, work_of
 from convmatrix.runners.results import TimingResult
 from convmatrix.runners.scopes import Timed, kernel_scopes, op_scopes
 from convmatrix.runners.subgraph import subgraph_scope
-from convmatrix.runners.timing import TimingPlan, measure_on
+from convmatrix.runners.timing import TimingPlan, summarize, time_once, warm_up
 
-__all__ = ["plan_for", "time_case"]
+__all__ = ["measure_interleaved", "plan_for", "time_case"]
 
 
 def plan_for(settings: TimingSettings) -> TimingPlan:
@@ -69,11 +77,35 @@ class _Bounds:
         return max(work.flops / self.compute, memory)
 
 
-def _measure(item: Timed, device: torch.device, plan: TimingPlan, bounds: _Bounds) -> TimingResult:
-    result = measure_on(device, item.fn, plan, setup=item.setup, scope=item.scope, mode=item.mode)
-    bound = bounds.of(item.work)
+def measure_interleaved(
+    items: Sequence[Timed], device: torch.device, plan: TimingPlan
+) -> list[TimingResult]:
+    """Warm each item up (its cold call kept apart), then time them in rounds: each round calls
+    every item that still wants samples (fewer than ``repeats_min``, or under ``budget_s`` of
+    measured time and ``repeats_max`` calls)."""
+    sync, new_timer = partial(synchronize, device), partial(timer, device)
+    calls = [partial(time_once, t.fn, sync, new_timer, t.setup) for t in items]
+    colds = [warm_up(call, plan) for call in calls]
+    samples: list[list[float]] = [[] for _ in items]
+
+    def wants(s: list[float]) -> bool:
+        more = sum(s) < plan.budget_s and len(s) < plan.repeats_max
+        return len(s) < plan.repeats_min or more
+
+    while active := [i for i, s in enumerate(samples) if wants(s)]:
+        for i in active:
+            samples[i].append(calls[i]())
+    results = []
+    for item, cold, s in zip(items, colds, samples, strict=True):
+        median, low, iqr = summarize(s)
+        results.append(TimingResult(item.scope, median, low, iqr, len(s), cold, s, item.mode))
+    return results
+
+
+def _with_bound(result: TimingResult, work: Work, bounds: _Bounds) -> TimingResult:
+    bound = bounds.of(work)
     return replace(
-        result, flops=float(item.work.flops), bytes_moved=float(item.work.bytes), bound_s=bound,
+        result, flops=float(work.flops), bytes_moved=float(work.bytes), bound_s=bound,
         efficiency=efficiency(bound, result.median_s),
     )  # fmt: skip
 
@@ -101,8 +133,14 @@ def time_case(
     plan = plan_for(settings)
     cal = calibration(device)
     bounds = _Bounds(device, cal.rates.compute)
-    rows = [_measure(t, device, plan, bounds) for t in _scopes(kernel, framework, case, device)]
-    copy = bounds.copy(work_of(case).bytes)
-    streaming = copy.bytes_moved / cal.rates.bandwidth if copy.bytes_moved else None
-    yardstick = efficiency(streaming, copy.median_s) if streaming else None
-    return [*rows, replace(copy, bound_s=streaming, efficiency=yardstick), cal.fma]
+    work = work_of(case)
+    items = _scopes(kernel, framework, case, device)
+    copy = Timed("memcpy", copy_call(device, work.bytes), Work(0.0, work.bytes))
+    measured = measure_interleaved([*items, copy], device, plan)
+    # The interleaved copy of D bytes is the yardstick row and the bound of the conv's own D.
+    yard = replace(measured[-1], flops=0.0, bytes_moved=float(copy_bytes(work.bytes)))
+    bounds.copies[work.bytes] = yard
+    rows = [_with_bound(r, t.work, bounds) for r, t in zip(measured, items, strict=False)]
+    streaming = yard.bytes_moved / cal.rates.bandwidth if yard.bytes_moved else None
+    yardstick = efficiency(streaming, yard.median_s) if streaming else None
+    return [*rows, replace(yard, bound_s=streaming, efficiency=yardstick), cal.fma]

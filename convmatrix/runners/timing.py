@@ -22,7 +22,7 @@ import torch
 from convmatrix.runners.devices import synchronize, timer
 from convmatrix.runners.results import TimingResult
 
-__all__ = ["TimingPlan", "measure", "measure_on", "summarize"]
+__all__ = ["TimingPlan", "measure", "measure_on", "summarize", "time_once", "warm_up"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,36 @@ def summarize(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered), ordered[0], q3 - q1
 
 
+def time_once(
+    fn: Callable[[], object],
+    sync: Callable[[], None],
+    new_timer: Callable[[], object],
+    setup: Callable[[], None] | None = None,
+) -> float:
+    """One timed call: ``setup`` (untimed), then ``fn`` bracketed by synchronisation."""
+    if setup is not None:
+        setup()
+    clock = new_timer()
+    sync()
+    clock.start()  # type: ignore[attr-defined]
+    fn()
+    sync()
+    return clock.stop()  # type: ignore[attr-defined]
+
+
+def warm_up(once: Callable[[], float], plan: TimingPlan) -> float:
+    """The cold call's time, after which calls repeat until three agree (bounded)."""
+    cold = once()
+    recent: list[float] = []
+    for i in range(plan.warmup_max):
+        recent = [*recent[-2:], once()]
+        if i + 1 >= plan.warmup_min and len(recent) == 3:
+            lo, hi = min(recent), max(recent)
+            if hi - lo <= plan.stable_rel * max(lo, 1e-12):
+                break
+    return cold
+
+
 def measure(
     fn: Callable[[], object],
     *,
@@ -58,23 +88,9 @@ def measure(
     """Time ``fn`` per ``plan``; ``setup`` runs before each call, outside the timed region."""
 
     def once() -> float:
-        if setup is not None:
-            setup()
-        clock = new_timer()
-        sync()
-        clock.start()
-        fn()
-        sync()
-        return clock.stop()
+        return time_once(fn, sync, new_timer, setup)
 
-    cold = once()
-    recent: list[float] = []
-    for i in range(plan.warmup_max):
-        recent = [*recent[-2:], once()]
-        if i + 1 >= plan.warmup_min and len(recent) == 3:
-            lo, hi = min(recent), max(recent)
-            if hi - lo <= plan.stable_rel * max(lo, 1e-12):
-                break
+    cold = warm_up(once, plan)
     samples: list[float] = []
     while len(samples) < plan.repeats_max and (
         len(samples) < plan.repeats_min or sum(samples) < plan.budget_s

@@ -1,0 +1,134 @@
+"""A kernel made slower on purpose: the planted regression for the timing detector.
+
+``SlowedKernel(base, factor)`` computes exactly what ``base`` computes and then sleeps
+``(factor - 1)`` times the time the call took, so every scope of it (core, public call,
+backward, decode update) runs ``factor`` times as long as the base kernel would at that moment,
+whatever the machine's load. The backward is slowed too: the outputs carry a marker node that
+notes when autograd reaches them, and the inputs a node that sleeps once the base kernel's
+backward has produced their gradients.
+
+Load it as ``--kernel 'convmatrix.kernels.slowed:make(base=tiled,percent=150)'`` (a factor of
+1.5; the spec syntax has no room for a decimal point). ``convmatrix diff`` of a run of ``base``
+against a run of this kernel must report timing regressions; ``benchmarks/bench_timing_aa.py``
+measures how often it does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from convmatrix.errors import UsageError
+from convmatrix.kernels.corecall import CoreArgs, CoreCall, core_call_of
+from convmatrix.kernels.protocol import KernelBase
+
+__all__ = ["SlowedKernel", "make"]
+
+
+class _Clock:
+    """When autograd reached the outputs, and whether the inputs already slept for it."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+
+
+class _Mark(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, clock, t):  # type: ignore[override]
+        ctx.clock = clock
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        if ctx.clock.start is None:
+            ctx.clock.start = time.perf_counter()
+        return None, grad
+
+
+class _Sleep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, clock, factor, t):  # type: ignore[override]
+        ctx.clock, ctx.factor = clock, factor
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        clock = ctx.clock
+        if clock.start is not None:
+            time.sleep((ctx.factor - 1) * (time.perf_counter() - clock.start))
+            clock.start = None  # the other inputs of this call do not sleep again
+        return None, None, grad
+
+
+class SlowedKernel(KernelBase):
+    """``base`` running ``factor`` times slower (see the module docstring)."""
+
+    def __init__(self, base: Any, factor: float = 1.5) -> None:
+        if factor < 1:
+            raise UsageError(f"slowed kernel: factor {factor} must be >= 1")
+        self.base, self.factor = base, factor
+        self.name = f"{base.name} (x{factor:g} slowed)"
+        self.capabilities = base.capabilities
+
+    def _slow(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        out = fn(*args, **kwargs)
+        time.sleep((self.factor - 1) * (time.perf_counter() - start))
+        return out
+
+    def forward(self, x, weight, bias=None, **kwargs):  # type: ignore[override]
+        inputs = [x, weight, bias, kwargs.get("initial_state")]
+        if not torch.is_grad_enabled() or not any(
+            t is not None and t.requires_grad for t in inputs
+        ):
+            return self._slow(self.base.forward, x, weight, bias, **kwargs)
+        clock = _Clock()
+
+        def sleepy(t: torch.Tensor | None) -> torch.Tensor | None:
+            return t if t is None or not t.requires_grad else _Sleep.apply(clock, self.factor, t)
+
+        x, weight, bias = sleepy(x), sleepy(weight), sleepy(bias)
+        if kwargs.get("initial_state") is not None:
+            kwargs["initial_state"] = sleepy(kwargs["initial_state"])
+        out = self._slow(self.base.forward, x, weight, bias, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(_Mark.apply(clock, t) for t in out)
+        return _Mark.apply(clock, out)
+
+    def update(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self._slow(self.base.update, *args, **kwargs)
+
+    def core_call(self, args: CoreArgs) -> CoreCall | None:
+        hook = core_call_of(self.base)
+        inner = None if hook is None else hook(args)
+        return None if inner is None else (lambda: self._slow(inner))
+
+    def availability(self) -> str | None:
+        return self.base.availability()
+
+    def contract_violation(self, case: Any) -> str | None:
+        return self.base.contract_violation(case)
+
+    def describe(self) -> Mapping[str, Any]:
+        describe = getattr(self.base, "describe", None)
+        base = dict(describe()) if callable(describe) else {}
+        return {**base, "name": self.name, "slowed_by": self.factor}
+
+
+def make(base: str = "tiled", percent: int = 150) -> SlowedKernel:
+    """``base`` (a registered name) at ``percent`` % of its time (150: 1.5x slower)."""
+    from convmatrix.kernels.registry import load
+
+    return SlowedKernel(load(base), percent / 100)
+
+
+def __getattr__(name: str) -> Any:
+    """``make(base=tiled,percent=150)`` attribute specs for ``--kernel``."""
+    if name.startswith("make(") and name.endswith(")"):
+        from convmatrix.kernels.tiled import _parse_call
+
+        return make(**_parse_call(name[len("make(") : -1]))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
