@@ -159,6 +159,26 @@ def test_sigterm_marks_the_run_interrupted_and_keeps_what_was_recorded(tmp_path)
     assert re.search(rf"convmatrix run {info.id} \[interrupted\]: \d+ passed", out), out
 
 
+def test_two_runs_writing_one_database_at_once_lose_nothing(tmp_path):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    procs = [
+        subprocess.Popen(
+            convmatrix_cmd("run", "--matrix", str(RESUME), "--kernel", "torch", "-n", "1",
+                           "--db", url, "--label", label),
+            cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for label in ("first", "second")
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    stored = runs(url)
+    assert sorted(r.label for r in stored) == ["first", "second"]
+    for info in stored:
+        assert info.status == "finished" and info.counts["passed"] == 16
+        assert len(results(url, info.id)) == 16
+
+
 @pytest.mark.postgres
 def test_run_into_postgresql(tmp_path, postgres_url):
     args = ["run", "--matrix", str(TINY), "--kernel", "torch", "-n", "2", "--label", "pg"]
