@@ -136,6 +136,8 @@ def test_a_killed_run_keeps_its_results_and_resume_runs_only_the_missing(tmp_pat
     (info,) = runs(url)
     assert info.status == "running"  # nobody could say otherwise
 
+    # A test file in the working directory is not part of the run (it would fail if collected).
+    (tmp_path / "test_decoy.py").write_text("def test_decoy():\n    assert False\n")
     done = run(convmatrix_cmd("run", "--resume", str(info.id), "--db", url, "-n", "1"), tmp_path,
                SLOW_S="0")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

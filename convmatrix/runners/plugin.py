@@ -127,8 +127,9 @@ def _load_kernel(spec: str | None) -> Any:
 # -- configuration ------------------------------------------------------------------------------
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("matrix") and config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args = []  # run the matrix only, not the testpaths of the current directory
+    matrix_only = config.getoption("matrix") or config.getoption("resume")
+    if matrix_only and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = []  # run the matrix only, not the tests of the current directory
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         if _WORKERINPUT in workerinput:
