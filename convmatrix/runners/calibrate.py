@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from convmatrix.runners.devices import cpu_clock
 from convmatrix.runners.perfmodel import Rates
 from convmatrix.runners.results import TimingResult
 from convmatrix.runners.timing import TimingPlan, measure_on
@@ -97,8 +98,9 @@ def rates_of(copy: TimingResult, fma: TimingResult) -> Rates:
 
 
 def calibration(device: torch.device | str, nbytes: int = DEVICE_COPY_BYTES) -> Calibration:
-    """The rates of ``device`` in this process: measured on first use, then cached."""
-    key = f"{torch.device(device)}:{nbytes}"
+    """The rates of ``device`` in this process: measured on first use, then cached (per clock
+    and thread count: ``timed.time_case`` calls it single-threaded under the process clock)."""
+    key = f"{torch.device(device)}:{nbytes}:{cpu_clock()}:{torch.get_num_threads()}"
     if key not in _CACHE:
         plan = TimingPlan(repeats_min=5, repeats_max=50, budget_s=0.2)
         copy, fma = time_copy(device, nbytes, plan), time_fma(device, plan)

@@ -26,6 +26,8 @@ import torch
 from convmatrix.errors import UsageError
 
 __all__ = [
+    "CPU_CLOCKS",
+    "CPU_CLOCK_ENV",
     "KINDS",
     "VISIBLE_ENV",
     "Backend",
@@ -33,6 +35,7 @@ __all__ = [
     "Timer",
     "accelerator",
     "backend_module",
+    "cpu_clock",
     "discover",
     "discover_all",
     "peak_memory",
@@ -231,6 +234,35 @@ class Timer(Protocol):
     def stop(self) -> float: ...
 
 
+# Which clock times work on the cpu device: ``process`` (default), the CPU time this process
+# spent, or ``wall``, a monotonic wall clock. A CPU is shared with every other process of the
+# host (other workers, other CI jobs): wall time measures that sharing as much as the kernel
+# (on a loaded 2-core host the same call measured 2x apart), while the process's CPU time,
+# like a device event, counts only the work done for this call. Timing runs single-threaded
+# under ``process`` (see ``convmatrix.runners.timed``), so the CPU time of a call is its
+# latency on one idle core.
+CPU_CLOCK_ENV = "CONVMATRIX_CPU_CLOCK"
+CPU_CLOCKS = ("process", "wall")
+
+
+def cpu_clock() -> str:
+    """The clock of cpu timings, from ``CONVMATRIX_CPU_CLOCK`` (default ``process``)."""
+    value = os.environ.get(CPU_CLOCK_ENV, "").strip() or "process"
+    if value not in CPU_CLOCKS:
+        raise UsageError(f"{CPU_CLOCK_ENV}={value!r}: choose one of {', '.join(CPU_CLOCKS)}")
+    return value
+
+
+class _ProcessTimer:
+    """CPU time of this process, all threads (``CLOCK_PROCESS_CPUTIME_ID``, 1 ns resolution)."""
+
+    def start(self) -> None:
+        self._t0 = time.process_time()
+
+    def stop(self) -> float:
+        return time.process_time() - self._t0
+
+
 class _ClockTimer:
     """CPU timing with a monotonic clock (CPU ops complete before they return)."""
 
@@ -262,7 +294,7 @@ def timer(device: torch.device | str) -> Timer:
     """A fresh timer suited to ``device`` (the timing module builds on this factory)."""
     device = torch.device(device)
     if device.type == "cpu":
-        return _ClockTimer()
+        return _ProcessTimer() if cpu_clock() == "process" else _ClockTimer()
     return _EventTimer(backend_module(device.type))
 
 

@@ -14,6 +14,10 @@ For every kernel, op, subgraph and framework row: ``flops``/``bytes_moved`` from
 ``bound_s = max(F / P_eff, t_memcpy(D))`` (the memory term is the measured copy of the same D
 bytes, ``D / BW_eff`` with ``BW_eff`` measured at that size) and ``efficiency = bound / median``.
 
+On the cpu device under the default ``process`` clock (``devices.cpu_clock``) a case is
+timed with one intra-op thread: the CPU time of a call is then its latency on one core, and no
+other thread's spinning is counted.
+
 The scopes of a case are timed *interleaved*: each is warmed up, then every round calls each
 scope once, so all of them (the framework control and the memcpy included) see the same
 machine load. On a shared machine the load moves by tens of percent within seconds; timed one
@@ -22,7 +26,8 @@ after the other, two scopes of the same work were seen 30% apart, interleaved th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -32,7 +37,7 @@ import torch
 from convmatrix.matrix.case import Case
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.calibrate import calibration, copy_bytes, copy_call, time_copy
-from convmatrix.runners.devices import synchronize, timer
+from convmatrix.runners.devices import cpu_clock, synchronize, timer
 from convmatrix.runners.inputs import build_forward, build_update
 from convmatrix.runners.perfmodel import Work, efficiency, work_of
 from convmatrix.runners.results import TimingResult
@@ -40,7 +45,7 @@ from convmatrix.runners.scopes import Timed, kernel_scopes, op_scopes
 from convmatrix.runners.subgraph import subgraph_scope
 from convmatrix.runners.timing import TimingPlan, summarize, time_once, warm_up
 
-__all__ = ["measure_interleaved", "plan_for", "time_case"]
+__all__ = ["measure_interleaved", "plan_for", "time_case", "timing_threads"]
 
 
 def plan_for(settings: TimingSettings) -> TimingPlan:
@@ -122,6 +127,20 @@ def _scopes(kernel: Any, framework: Any, case: Case, device: torch.device) -> li
     return timed
 
 
+@contextmanager
+def timing_threads(device: torch.device) -> Iterator[None]:
+    """One intra-op thread while timing on cpu with the process clock (else no change)."""
+    if device.type != "cpu" or cpu_clock() != "process":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def time_case(
     kernel: Any,
     case: Case,
@@ -130,6 +149,13 @@ def time_case(
     framework: Any = None,
 ) -> list[TimingResult]:
     """Every timing row of ``case`` (see the module docstring), in scope order."""
+    with timing_threads(device):
+        return _time_case(kernel, case, device, settings, framework)
+
+
+def _time_case(
+    kernel: Any, case: Case, device: torch.device, settings: TimingSettings, framework: Any
+) -> list[TimingResult]:
     plan = plan_for(settings)
     cal = calibration(device)
     bounds = _Bounds(device, cal.rates.compute)
