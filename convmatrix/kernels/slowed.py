@@ -1,11 +1,13 @@
 """A kernel made slower on purpose: the planted regression for the timing detector.
 
-``SlowedKernel(base, factor)`` computes exactly what ``base`` computes and then sleeps
-``(factor - 1)`` times the time the call took, so every scope of it (core, public call,
-backward, decode update) runs ``factor`` times as long as the base kernel would at that moment,
-whatever the machine's load. The backward is slowed too: the outputs carry a marker node that
-notes when autograd reaches them, and the inputs a node that sleeps once the base kernel's
-backward has produced their gradients.
+``SlowedKernel(base, factor)`` computes exactly what ``base`` computes and then spends
+``(factor - 1)`` times the time the call took (``spend``), so every scope of it (core, public
+call, backward, decode update) takes ``factor`` times as long as the base kernel's call,
+whatever the machine's load. "Time" is the clock timings use (``devices.cpu_clock``): under the
+default process CPU clock the extra time is spun (a sleep costs no CPU time), under the wall
+clock it is slept. The backward is slowed too: the outputs carry a marker node that notes when
+autograd reaches them, and the inputs a node that spends once the base kernel's backward has
+produced their gradients.
 
 Load it as ``--kernel 'convmatrix.kernels.slowed:make(base=tiled,percent=150)'`` (a factor of
 1.5; the spec syntax has no room for a decimal point). ``convmatrix diff`` of a run of ``base``
@@ -25,11 +27,34 @@ from convmatrix.errors import UsageError
 from convmatrix.kernels.corecall import CoreArgs, CoreCall, core_call_of
 from convmatrix.kernels.protocol import KernelBase
 
-__all__ = ["SlowedKernel", "make"]
+__all__ = ["SlowedKernel", "make", "now", "spend"]
+
+
+def _process_clock() -> bool:
+    from convmatrix.runners.devices import cpu_clock
+
+    return cpu_clock() == "process"
+
+
+def now() -> float:
+    """The timing clock's reading: process CPU time or wall time (see ``spend``)."""
+    return time.process_time() if _process_clock() else time.perf_counter()
+
+
+def spend(seconds: float) -> None:
+    """Take ``seconds`` more of the timing clock: spin on the process clock, sleep on wall."""
+    if seconds <= 0:
+        return
+    if not _process_clock():
+        time.sleep(seconds)
+        return
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
 
 
 class _Clock:
-    """When autograd reached the outputs, and whether the inputs already slept for it."""
+    """When autograd reached the outputs (None again once the inputs spent for it)."""
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -44,11 +69,11 @@ class _Mark(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         if ctx.clock.start is None:
-            ctx.clock.start = time.perf_counter()
+            ctx.clock.start = now()
         return None, grad
 
 
-class _Sleep(torch.autograd.Function):
+class _Spend(torch.autograd.Function):
     @staticmethod
     def forward(ctx, clock, factor, t):  # type: ignore[override]
         ctx.clock, ctx.factor = clock, factor
@@ -58,8 +83,8 @@ class _Sleep(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         clock = ctx.clock
         if clock.start is not None:
-            time.sleep((ctx.factor - 1) * (time.perf_counter() - clock.start))
-            clock.start = None  # the other inputs of this call do not sleep again
+            spend((ctx.factor - 1) * (now() - clock.start))
+            clock.start = None  # the other inputs of this call do not spend again
         return None, None, grad
 
 
@@ -74,9 +99,9 @@ class SlowedKernel(KernelBase):
         self.capabilities = base.capabilities
 
     def _slow(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
+        start = now()
         out = fn(*args, **kwargs)
-        time.sleep((self.factor - 1) * (time.perf_counter() - start))
+        spend((self.factor - 1) * (now() - start))
         return out
 
     def forward(self, x, weight, bias=None, **kwargs):  # type: ignore[override]
@@ -87,12 +112,12 @@ class SlowedKernel(KernelBase):
             return self._slow(self.base.forward, x, weight, bias, **kwargs)
         clock = _Clock()
 
-        def sleepy(t: torch.Tensor | None) -> torch.Tensor | None:
-            return t if t is None or not t.requires_grad else _Sleep.apply(clock, self.factor, t)
+        def spending(t: torch.Tensor | None) -> torch.Tensor | None:
+            return t if t is None or not t.requires_grad else _Spend.apply(clock, self.factor, t)
 
-        x, weight, bias = sleepy(x), sleepy(weight), sleepy(bias)
+        x, weight, bias = spending(x), spending(weight), spending(bias)
         if kwargs.get("initial_state") is not None:
-            kwargs["initial_state"] = sleepy(kwargs["initial_state"])
+            kwargs["initial_state"] = spending(kwargs["initial_state"])
         out = self._slow(self.base.forward, x, weight, bias, **kwargs)
         if isinstance(out, tuple):
             return tuple(_Mark.apply(clock, t) for t in out)
