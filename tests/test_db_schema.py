@@ -20,6 +20,7 @@ from convmatrix.db.models import Base
 from convmatrix.errors import ConvmatrixError, UsageError
 
 TABLES = {"runs", "cases", "metrics", "properties", "timings", "alembic_version"}
+TABLES |= {"run_summaries", "run_counts"}  # 0002: history summaries per run
 
 
 def test_first_use_creates_the_schema_the_models_describe(db_url):

@@ -10,6 +10,8 @@ Typical use::
     with Session(engine) as session:
         run = resolve_run(session, "latest")
         results = load_results(session, run.id)
+        points = history(session, "bfloat16")          # stored per-run summaries, live if running
+        counts = case_counts(session, "bfloat16", [p.run_id for p in points])
 """
 
 from sqlalchemy.orm import Session
@@ -20,6 +22,7 @@ from convmatrix.db.queries import (
     CasePair,
     HistoryPoint,
     RunInfo,
+    case_counts,
     case_pairs,
     done_case_ids,
     history,
@@ -27,6 +30,7 @@ from convmatrix.db.queries import (
     load_results,
     resolve_run,
 )
+from convmatrix.db.summaries import summarise_pending, summarise_runs
 from convmatrix.db.writer import ResultWriter, RunMeta, reap_stale_runs
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "RunInfo",
     "RunMeta",
     "Session",
+    "case_counts",
     "case_pairs",
     "current_revision",
     "default_url",
@@ -51,4 +56,6 @@ __all__ = [
     "reap_stale_runs",
     "redact_url",
     "resolve_run",
+    "summarise_pending",
+    "summarise_runs",
 ]

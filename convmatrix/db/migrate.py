@@ -3,7 +3,9 @@
 No ``alembic.ini`` is needed: the Alembic config is built here, pointing at
 ``convmatrix/db/migrations``, and handed the connection to migrate. The upgrade runs in one write
 transaction that first takes a lock (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock),
-so two runs that open a fresh database at the same moment create the schema once.
+so two runs that open a fresh database at the same moment create the schema once. Reaching the
+newest revision, the same transaction also summarises the runs that stopped writing before
+history summaries existed (``summaries.summarise_pending``), with the code of that revision.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, exc
 
 from convmatrix.db.engine import connection_error, make_engine, redact_url, write_connection
+from convmatrix.db.summaries import summarise_pending
 from convmatrix.errors import ConvmatrixError
 
 __all__ = ["current_revision", "ensure_schema", "head_revision", "open_database", "upgrade"]
@@ -58,6 +61,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             if conn.dialect.name == "postgresql":
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK})")
             command.upgrade(alembic_config(conn), revision)
+            if MigrationContext.configure(conn).get_current_revision() == head_revision():
+                summarise_pending(conn)
     except exc.DBAPIError as err:
         raise connection_error(engine, err) from err
     _ready.discard(engine)

@@ -8,6 +8,10 @@ ask most, "history of dtype X" and "this run against that one by case id", hit o
 
 Float errors are nullable because SQLite stores NaN as NULL: the writer stores NaN as NULL on
 every backend and the loader turns NULL back into NaN, so both behave alike.
+
+``RunSummaryRow`` and ``RunCountRow`` keep what ``convmatrix history`` shows of a run once it
+stops writing (``Run.summarised_at`` set), so history reads a few rows per run instead of
+sorting every metric row of a dtype (see ``summaries.py``).
 Changing these models needs a new migration under ``migrations/versions``.
 """
 
@@ -39,6 +43,8 @@ __all__ = [
     "MetricRow",
     "PropertyRow",
     "Run",
+    "RunCountRow",
+    "RunSummaryRow",
     "TimingRow",
     "utcnow",
 ]
@@ -116,6 +122,9 @@ class Run(Base):
     n_crashed: Mapped[int] = mapped_column(default=0)
     n_timeout: Mapped[int] = mapped_column(default=0)
     n_error: Mapped[int] = mapped_column(default=0)
+    # When the summary rows were computed; NULL while results may still change (every batch
+    # written clears it), and history then computes this run's numbers live.
+    summarised_at: Mapped[utc_time | None]
 
 
 class CaseRow(Base):
@@ -224,3 +233,40 @@ class TimingRow(Base):
     bytes_moved: Mapped[float | None]
     bound_s: Mapped[float | None]
     efficiency: Mapped[float | None]
+
+
+class RunSummaryRow(Base):
+    """One output of one run for one input dtype: the numbers of a ``HistoryPoint``.
+
+    Valid while ``Run.summarised_at`` is set; errors that were NaN count as +inf (as stored).
+    """
+
+    __tablename__ = "run_summaries"
+    __table_args__ = (Index(None, "x_dtype", "output", "run_id"),)  # history of dtype X
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    x_dtype: Mapped[str] = mapped_column(String(32), primary_key=True)
+    output: Mapped[str] = mapped_column(String(32), primary_key=True)
+    cases: Mapped[int]  # metric rows: cases of this dtype that produced this output
+    passed: Mapped[int]
+    worst_rel: Mapped[error]
+    median_rel: Mapped[error]
+    worst_norm: Mapped[error]
+    median_norm: Mapped[error]
+    worst_case_id: Mapped[hex12]
+
+
+class RunCountRow(Base):
+    """Cases of one input dtype in one run by outcome (a run's counts, split by dtype)."""
+
+    __tablename__ = "run_counts"
+    __table_args__ = (Index(None, "x_dtype", "run_id"),)
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    x_dtype: Mapped[str] = mapped_column(String(32), primary_key=True)
+    n_passed: Mapped[int]
+    n_failed: Mapped[int]
+    n_skipped: Mapped[int]
+    n_crashed: Mapped[int]
+    n_timeout: Mapped[int]
+    n_error: Mapped[int]

@@ -2,21 +2,32 @@
 
 No ORM object leaves this module: reports build their view-models from ``RunInfo``,
 ``CaseResult``, ``HistoryPoint`` and ``CasePair``. Aggregates (history) are computed by the
-database with GROUP BY and window functions, never by loading every metric row into Python.
+database with GROUP BY and window functions, never by loading every metric row into Python,
+and kept per run once it stops writing (``summaries.py``), so history reads a few rows per run.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Float, and_, case, func, literal, or_, select
+from sqlalchemy import or_, select, union_all
 from sqlalchemy.orm import Session
 
-from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, Run, TimingRow
+from convmatrix.db.models import (
+    CaseRow,
+    MetricRow,
+    PropertyRow,
+    Run,
+    RunCountRow,
+    RunSummaryRow,
+    TimingRow,
+)
 from convmatrix.db.records import result_from_rows
+from convmatrix.db.summaries import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
 from convmatrix.errors import UsageError
 from convmatrix.matrix.tolerances import OUTPUTS
 from convmatrix.runners.results import OUTCOMES, CaseResult
@@ -25,6 +36,7 @@ __all__ = [
     "CasePair",
     "HistoryPoint",
     "RunInfo",
+    "case_counts",
     "case_pairs",
     "done_case_ids",
     "history",
@@ -211,13 +223,15 @@ class HistoryPoint:
         return self.passed / self.cases if self.cases else 0.0
 
 
-def _median(values: Any, rank: Any, n: Any) -> Any:
-    """Median of ``values`` within a group, from a row number and the group size.
+def _float(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
-    The middle one (n odd) or the mean of the middle two (n even), as percentile_cont(0.5):
-    portable to SQLite, which has no ordered-set aggregates.
-    """
-    return func.avg(case((or_(rank == (n + 1) // 2, rank == (n + 2) // 2), values)))
+
+def _unsummarised(session: Session, *conditions: Any) -> list[int]:
+    """Ids of the runs (among ``conditions``) whose numbers must be computed live: running, or
+    written since their summary. Usually none or one, so the live part stays small."""
+    query = select(Run.id).where(Run.summarised_at.is_(None), *conditions)
+    return list(session.scalars(query))
 
 
 def history(
@@ -228,55 +242,33 @@ def history(
     since: datetime | None = None,
     output: str | None = None,
 ) -> list[HistoryPoint]:
-    """Per run (oldest first) and output: errors of the cases whose input dtype is ``dtype``."""
-    inf = literal(math.inf, Float)
-    rel = func.coalesce(MetricRow.e_rel, inf)
-    norm = func.coalesce(MetricRow.e_norm, inf)
-    group = (MetricRow.run_id, MetricRow.output)
-    conditions = [MetricRow.x_dtype == dtype]
-    if output is not None:
-        conditions.append(MetricRow.output == output)
+    """Per run (oldest first) and output: errors of the cases whose input dtype is ``dtype``.
+
+    Runs that stopped writing are read from their stored summaries (a few rows per run); the
+    others are computed live by the same SELECT that filled those summaries
+    (``summaries.summary_select``), so both give the same numbers. A run summarised while this
+    reads is taken live (its id was listed first), never twice.
+    """
+    conditions: list[Any] = []
     if kernel is not None:
         conditions.append(Run.kernel == kernel)
     if since is not None:
         conditions.append(Run.started_at >= _aware(since))
-    ranked = (
-        select(
-            MetricRow.run_id,
-            MetricRow.output,
-            MetricRow.passed,
-            CaseRow.case_id,
-            rel.label("rel"),
-            norm.label("norm"),
-            func.row_number().over(partition_by=group, order_by=rel).label("rel_rank"),
-            func.row_number().over(partition_by=group, order_by=norm).label("norm_rank"),
-            func.count().over(partition_by=group).label("n"),
-        )
-        .join(CaseRow, CaseRow.id == MetricRow.case_pk)
-        .join(Run, Run.id == MetricRow.run_id)
-        .where(and_(*conditions))
-        .subquery()
-    )
-    r = ranked.c
-    per_run = (
-        select(
-            r.run_id,
-            r.output,
-            func.count().label("cases"),
-            func.sum(case((r.passed, 1), else_=0)).label("passed"),
-            func.max(r.rel).label("worst_rel"),
-            _median(r.rel, r.rel_rank, r.n).label("median_rel"),
-            func.max(r.norm).label("worst_norm"),
-            _median(r.norm, r.norm_rank, r.n).label("median_norm"),
-            func.max(case((r.rel_rank == r.n, r.case_id))).label("worst_case_id"),
-        )
-        .group_by(r.run_id, r.output)
-        .subquery()
-    )
+    live = _unsummarised(session, *conditions)
+    kept = RunSummaryRow
+    stored = select(*(getattr(kept, c) for c in SUMMARY_COLUMNS)).where(kept.x_dtype == dtype)
+    if output is not None:
+        stored = stored.where(kept.output == output)
+    if live:
+        stored = stored.where(kept.run_id.not_in(live))
+        both = union_all(stored, summary_select(live, dtype=dtype, output=output))
+        per_run = both.subquery()
+    else:
+        per_run = stored.subquery()
     rows = session.execute(
         select(per_run, Run.started_at, Run.kernel, Run.kernel_commit, Run.label, Run.device_kind)
         .join(Run, Run.id == per_run.c.run_id)
-        .order_by(Run.started_at, Run.id)
+        .where(*conditions)
     )
     points = [
         HistoryPoint(
@@ -289,10 +281,10 @@ def history(
             output=row.output,
             cases=row.cases,
             passed=int(row.passed),
-            worst_rel=float(row.worst_rel),
-            median_rel=float(row.median_rel),
-            worst_norm=float(row.worst_norm),
-            median_norm=float(row.median_norm),
+            worst_rel=_float(row.worst_rel),
+            median_rel=_float(row.median_rel),
+            worst_norm=_float(row.worst_norm),
+            median_norm=_float(row.median_norm),
             worst_case_id=row.worst_case_id,
         )
         for row in rows
@@ -300,3 +292,25 @@ def history(
     rank = {name: i for i, name in enumerate(OUTPUTS)}
     points.sort(key=lambda p: (p.started_at, p.run_id, rank.get(p.output, len(rank)), p.output))
     return points
+
+
+def case_counts(session: Session, dtype: str, run_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """run id -> outcome -> cases with input dtype ``dtype`` in that run (every outcome
+    present; runs without such cases absent): the case count and pass rate history shows.
+
+    Stored counts for runs that stopped writing, ``summaries.count_select`` live for the rest.
+    """
+    ids = sorted(set(run_ids))
+    if not ids:
+        return {}
+    live = _unsummarised(session, Run.id.in_(ids))
+    kept = RunCountRow
+    query = select(*(getattr(kept, c) for c in COUNT_COLUMNS)).where(
+        kept.x_dtype == dtype, kept.run_id.in_(ids)
+    )
+    if live:
+        query = union_all(query.where(kept.run_id.not_in(live)), count_select(live, dtype=dtype))
+    return {
+        row.run_id: {o: int(getattr(row, f"n_{o}") or 0) for o in OUTCOMES}
+        for row in session.execute(query)
+    }

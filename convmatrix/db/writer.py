@@ -7,6 +7,8 @@ after the first of a batch arrived, each batch in one transaction with multi-row
 A killed run keeps every committed batch: leaving the ``with`` block by an exception or Ctrl-C
 flushes what is buffered and marks the run ``interrupted``; a run whose process died without a
 word (SIGKILL) is marked ``interrupted`` by the next writer started on the same host.
+A run that stops (finished or interrupted, also when reaped) gets its history summary computed
+in the transaction that sets its status; every batch written clears it (``summaries.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from convmatrix.db.models import (
     utcnow,
 )
 from convmatrix.db.records import case_values, child_values
+from convmatrix.db.summaries import summarise_runs
 from convmatrix.errors import UsageError
 from convmatrix.runners.results import OUTCOMES, CaseResult
 
@@ -102,6 +105,8 @@ def reap_stale_runs(engine: Engine, host: str | None = None) -> list[int]:
             run.status, run.finished_at = "interrupted", last or run.started_at
             for key, value in _count_values(_counts(session, run.id)).items():
                 setattr(run, key, value)
+        session.flush()
+        summarise_runs(session, [run.id for run in stale])
         return [run.id for run in stale]
 
 
@@ -150,7 +155,8 @@ class ResultWriter:
         self.run_id, self._finished = run_id, False
 
     def finish_run(self, run_id: int | None = None, status: str = "finished") -> None:
-        """Flush, then store the final counts, ``finished_at`` and ``status``."""
+        """Flush, then store the final counts, ``finished_at`` and ``status``, and (unless the
+        status is ``running``) the history summary, all in one transaction."""
         if status not in RUN_STATUSES:
             raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
         run_id = self.run_id if run_id is None else run_id
@@ -165,6 +171,8 @@ class ResultWriter:
                 .where(Run.id == run_id)
                 .values(status=status, finished_at=utcnow(), **values)
             )
+            if status != "running":
+                summarise_runs(session, [run_id])
         if run_id == self.run_id:
             self._finished = True
 
@@ -221,7 +229,9 @@ class ResultWriter:
             counts = self._counts.copy()
             counts.subtract(replaced)
             counts.update(r.outcome for r in batch)
-            session.execute(update(Run).where(Run.id == run_id).values(**_count_values(counts)))
+            # The summary no longer matches: history computes this run live until it stops.
+            values = {**_count_values(counts), "summarised_at": None}
+            session.execute(update(Run).where(Run.id == run_id).values(**values))
         self._counts = counts
         self._buffer.clear()
         self.written += len(batch)

@@ -1,0 +1,157 @@
+"""Per-run summaries for history: computed once when a run stops writing, read back cheaply.
+
+``convmatrix history`` shows, per run and output, the worst and median e_rel and e_norm of one
+input dtype. Medians need every metric row of the dtype sorted, which over a million rows takes
+seconds (benchmarks/bench_reports.py); a run's numbers never change once it stops writing, so
+they are computed then and stored in ``run_summaries`` (and the per-dtype outcome counts in
+``run_counts``). The SELECTs below are the only definition of those numbers: ``summarise_runs``
+fills the tables from them, and ``queries.history`` runs the same SELECTs live for runs whose
+summary is missing or stale (``Run.summarised_at`` NULL: running, or written since).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Float,
+    Select,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.orm import Session
+
+from convmatrix.db.models import CaseRow, MetricRow, Run, RunCountRow, RunSummaryRow, utcnow
+from convmatrix.runners.results import OUTCOMES
+
+__all__ = [
+    "COUNT_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "count_select",
+    "summarise_pending",
+    "summarise_runs",
+    "summary_select",
+]
+
+SUMMARY_COLUMNS = (
+    "run_id", "x_dtype", "output", "cases", "passed", "worst_rel", "median_rel", "worst_norm",
+    "median_norm", "worst_case_id",
+)  # fmt: skip
+COUNT_COLUMNS = ("run_id", "x_dtype", *(f"n_{o}" for o in OUTCOMES))
+
+Executor = Session | Connection
+
+
+def _median(values: Any, rank: Any, n: Any) -> Any:
+    """Median of ``values`` within a group, from a row number and the group size.
+
+    The middle one (n odd) or the mean of the middle two (n even), as percentile_cont(0.5):
+    portable to SQLite, which has no ordered-set aggregates.
+    """
+    return func.avg(case((or_(rank == (n + 1) // 2, rank == (n + 2) // 2), values)))
+
+
+def summary_select(
+    run_ids: Sequence[int], *, dtype: str | None = None, output: str | None = None
+) -> Select[Any]:
+    """Per (run, input dtype, output) of ``run_ids``: the columns of ``SUMMARY_COLUMNS``.
+
+    A NaN error (stored as NULL) counts as +inf: a kernel that emits NaN is the worst case.
+    Among equal worst errors the first case written is named (ties ordered by ``case_pk``), so
+    the stored and the live answer agree. ``dtype``/``output`` restrict it (history's filters).
+    """
+    inf = literal(math.inf, Float)
+    rel = func.coalesce(MetricRow.e_rel, inf)
+    norm = func.coalesce(MetricRow.e_norm, inf)
+    group = (MetricRow.run_id, MetricRow.x_dtype, MetricRow.output)
+    conditions = [MetricRow.run_id.in_(list(run_ids))]
+    if dtype is not None:
+        conditions.append(MetricRow.x_dtype == dtype)
+    if output is not None:
+        conditions.append(MetricRow.output == output)
+    ranked = (
+        select(
+            *group,
+            MetricRow.passed,
+            CaseRow.case_id,
+            rel.label("rel"),
+            norm.label("norm"),
+            func.row_number()
+            .over(partition_by=group, order_by=(rel, MetricRow.case_pk.desc()))
+            .label("rel_rank"),
+            func.row_number().over(partition_by=group, order_by=norm).label("norm_rank"),
+            func.count().over(partition_by=group).label("n"),
+        )
+        .join(CaseRow, CaseRow.id == MetricRow.case_pk)
+        .where(*conditions)
+        .subquery()
+    )
+    r = ranked.c
+    return select(
+        r.run_id,
+        r.x_dtype,
+        r.output,
+        func.count().label("cases"),
+        func.sum(case((r.passed, 1), else_=0)).label("passed"),
+        func.max(r.rel).label("worst_rel"),
+        _median(r.rel, r.rel_rank, r.n).label("median_rel"),
+        func.max(r.norm).label("worst_norm"),
+        _median(r.norm, r.norm_rank, r.n).label("median_norm"),
+        func.max(case((r.rel_rank == r.n, r.case_id))).label("worst_case_id"),
+    ).group_by(r.run_id, r.x_dtype, r.output)
+
+
+def count_select(run_ids: Sequence[int], *, dtype: str | None = None) -> Select[Any]:
+    """Per (run, input dtype) of ``run_ids``: cases by outcome (``COUNT_COLUMNS``)."""
+    conditions = [CaseRow.run_id.in_(list(run_ids))]
+    if dtype is not None:
+        conditions.append(CaseRow.x_dtype == dtype)
+    return (
+        select(
+            CaseRow.run_id,
+            CaseRow.x_dtype,
+            *(func.sum(case((CaseRow.outcome == o, 1), else_=0)).label(f"n_{o}") for o in OUTCOMES),
+        )
+        .where(*conditions)
+        .group_by(CaseRow.run_id, CaseRow.x_dtype)
+    )
+
+
+def summarise_runs(db: Executor, run_ids: Sequence[int]) -> None:
+    """(Re)compute the stored summaries of ``run_ids`` and mark them current.
+
+    Runs inside the caller's transaction (the writer's, with its status update), so a reader
+    sees either the old summary or the new one, never half of it.
+    """
+    ids = sorted(set(run_ids))
+    if not ids:
+        return
+    for model in (RunSummaryRow, RunCountRow):
+        db.execute(delete(model).where(model.run_id.in_(ids)))
+    db.execute(insert(RunSummaryRow).from_select(SUMMARY_COLUMNS, summary_select(ids)))
+    db.execute(insert(RunCountRow).from_select(COUNT_COLUMNS, count_select(ids)))
+    db.execute(update(Run).where(Run.id.in_(ids)).values(summarised_at=utcnow()))
+
+
+def summarise_pending(db: Executor) -> list[int]:
+    """Summarise every run that stopped writing without a current summary; returns their ids.
+
+    Used after a schema upgrade (runs written before summaries existed) and by tools that
+    insert runs without the writer (benchmarks/bench_reports.py).
+    """
+    ids = list(
+        db.execute(
+            select(Run.id).where(Run.summarised_at.is_(None), Run.status != "running")
+        ).scalars()
+    )
+    summarise_runs(db, ids)
+    return ids
