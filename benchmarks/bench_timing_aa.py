@@ -59,14 +59,15 @@ def stored(url: str) -> list[tuple[int, str, Timings]]:
     return out
 
 
-def pair(base: Timings, head: Timings, rule: TimingRule) -> tuple[int, int, int]:
-    """(kernel timings compared, claimed slower, claimed faster)."""
+def pair(base: Timings, head: Timings, rule: TimingRule) -> tuple[int, int, int, bool]:
+    """(kernel timings compared, claimed slower, claimed faster, kernel-wide slower)."""
     out = compare_timings(
         {k: v for k, v in base.items() if v}, {k: v for k, v in head.items() if v}, rule=rule
     )
     judged = out.unchanged + len(out.regressions) + len(out.improvements)
-    judged += len(out.not_enough_samples)
-    return judged, len(out.regressions), len(out.improvements)
+    judged += len(out.not_enough_samples) + len(out.within_noise)
+    wide = bool(out.pooled and out.pooled.slower)
+    return judged, len(out.regressions), len(out.improvements), wide
 
 
 def noise(base: Timings, head: Timings) -> float:
@@ -93,12 +94,17 @@ def main() -> None:
     parser.add_argument("--percent", type=int, default=150)
     parser.add_argument("-n", dest="workers", default="2")
     parser.add_argument("--db", help="results database (default: a temporary SQLite file)")
+    parser.add_argument(
+        "--analyse", action="store_true", help="run nothing: judge the runs already in --db"
+    )
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory()
     args.db = args.db or f"sqlite:///{tmp.name}/aa.db"
     slow = f"convmatrix.kernels.slowed:make(base={args.kernel},percent={args.percent})"
-    walls = [run(args, args.kernel, f"aa-{i}") for i in range(args.runs)]
-    walls += [run(args, slow, f"slow-{i}") for i in range(args.slowed)]
+    walls = [math.nan]
+    if not args.analyse:
+        walls = [run(args, args.kernel, f"aa-{i}") for i in range(args.runs)]
+        walls += [run(args, slow, f"slow-{i}") for i in range(args.slowed)]
     runs = stored(args.db)
     aa = [(rid, t) for rid, label, t in runs if label.startswith("aa-")]
     ab = [(rid, t) for rid, label, t in runs if label.startswith("slow-")]
@@ -110,8 +116,10 @@ def main() -> None:
     move = statistics.median(noise(a[1], b[1]) for a, b in pairs)
     print(f"run-to-run move of an op median (A/A, geometric median): x{move:.3f}")
     rules = {
-        "pair rule, framework control": TimingRule(),
+        "pair rule (default: control, pooled)": TimingRule(),
         "pair rule, no control": replace(TimingRule(), control=None),
+        "per-timing test only (control, no pooling)": replace(TimingRule(), min_cases=10**9),
+        "per-timing test only, no control": replace(TimingRule(), control=None, min_cases=10**9),
     }
     for name, rule in rules.items():
         fp = [pair(a[1], b[1], rule) for a, b in pairs]
@@ -119,8 +127,10 @@ def main() -> None:
         total = sum(f[0] for f in fp)
         print(
             f"{name}: A/A slower {rate(sum(f[1] for f in fp), total)}, faster "
-            f"{rate(sum(f[2] for f in fp), total)}; slowed x{args.percent / 100:g} found "
-            f"{rate(sum(t[1] for t in tp), sum(t[0] for t in tp))}"
+            f"{rate(sum(f[2] for f in fp), total)}, kernel-wide slower in "
+            f"{sum(f[3] for f in fp)}/{len(fp)} pairs; slowed x{args.percent / 100:g} found "
+            f"{rate(sum(t[1] for t in tp), sum(t[0] for t in tp))}, kernel-wide in "
+            f"{sum(t[3] for t in tp)}/{len(tp)}"
         )
     hist = HistoryRule(window=min(5, max(3, args.runs - 2)))
     first = hist.min_baseline + hist.confirm
