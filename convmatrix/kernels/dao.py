@@ -73,14 +73,12 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _x_strides(case: Case) -> tuple[int, ...] | None:
-    """The strides the runner gives x for this case (its layout/gap rules), if known."""
-    try:
-        from convmatrix.runners.inputs import _geometry
-    except ImportError:  # the runner changed: fall back to the dim % 8 rule alone
-        return None
+def _x_strides(case: Case) -> tuple[int, ...]:
+    """The strides the runner gives x for this case (its layout/gap rules)."""
+    from convmatrix.runners.inputs import storage_layout  # the one definition of the gaps
+
     length = case.seqlen if case.op != "update" else case.tokens
-    return _geometry((case.batch, case.dim, length or 1), case.layout, case.gap)[0]
+    return storage_layout((case.batch, case.dim, length or 1), case.layout, case.gap)[0]
 
 
 def _channel_last_reason(dim: int, strides: tuple[int, ...] | None) -> str | None:

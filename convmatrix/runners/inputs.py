@@ -33,6 +33,7 @@ __all__ = [
     "case_seed",
     "place",
     "seq_idx_for",
+    "storage_layout",
 ]
 
 DTYPES = {
@@ -111,7 +112,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
-def _geometry(
+def storage_layout(
     shape: tuple[int, int, int], layout: str, gap: str | None
 ) -> tuple[tuple[int, ...], int, int]:
     """(strides of the logical (B, C, L) view, storage offset, storage size) for a layout/gap."""
@@ -145,7 +146,7 @@ def place(
     """
     values = values.detach().cpu().contiguous()
     if values.dim() == 3:
-        strides, offset, size = _geometry(tuple(values.shape), layout, gap)
+        strides, offset, size = storage_layout(tuple(values.shape), layout, gap)
     else:
         strides = values.stride()
         offset, size = GUARD, GUARD + values.numel() + GUARD
