@@ -1,14 +1,15 @@
-"""Parallel scaling: ``convmatrix run -n 2`` vs ``-n 1`` on a compute-bound matrix. Target >= 1.7.
+"""Parallel scaling: ``convmatrix run -n 2`` vs ``-n 1`` on CPU-bound matrices. Target >= 1.7.
 
-    python benchmarks/bench_scaling.py [--matrix benchmarks/scaling.matrix.yaml]
-                                       [--kernel torch] [--rounds 2] [--workers 1 2]
+    python benchmarks/bench_scaling.py [--matrix nightly benchmarks/scaling.matrix.yaml]
+                                       [--kernel torch] [--rounds 3] [--workers 1 2]
 
 Each measurement is the whole ``convmatrix run`` command (start-up included, ``--no-db``), as
 a user would time it. Under ``-n N`` each CPU worker gets cores // N torch threads, so ``-n 1``
-already uses every core for large tensor operations; ``-n 2`` also overlaps the Python-bound
-parts (input drawing, metrics, the reference's tap loop). Rounds alternate the worker counts
-so the machine's other load falls on all; the best of each is kept and the speed-up of each
-count over the first is printed.
+already spreads large tensor operations over every core, while many small operations (the
+shapes of a real test matrix: ``nightly``) run one core at a time and only ``-n 2`` overlaps
+them. Both kinds are measured: the built-in ``nightly`` matrix and ``scaling.matrix.yaml``
+(48 mid-size cases). Rounds alternate the worker counts so the machine's other load falls on
+all; the best of each is kept and the speed-up over the first count is printed per matrix.
 """
 
 from __future__ import annotations
@@ -37,26 +38,33 @@ def timed_run(matrix: str, kernel: str, workers: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--matrix", default=str(HERE / "scaling.matrix.yaml"))
+    parser.add_argument(
+        "--matrix", nargs="+", default=["nightly", str(HERE / "scaling.matrix.yaml")]
+    )
     parser.add_argument("--kernel", default="torch")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    times: dict[int, list[float]] = {n: [] for n in args.workers}
+    times = {(m, n): [] for m in args.matrix for n in args.workers}
     for round_ in range(args.rounds):
-        for n in args.workers:
-            times[n].append(timed_run(args.matrix, args.kernel, n))
-        line = ", ".join(f"-n {n} {times[n][-1]:.1f} s" for n in args.workers)
-        print(f"round {round_ + 1}: {line}")
+        for matrix in args.matrix:
+            for n in args.workers:
+                times[matrix, n].append(timed_run(matrix, args.kernel, n))
+            line = ", ".join(f"-n {n} {times[matrix, n][-1]:.1f} s" for n in args.workers)
+            print(f"round {round_ + 1} {Path(matrix).name}: {line}")
     base = args.workers[0]
     print(f"{cores} cores; best of {args.rounds} rounds:")
-    for n in args.workers:
-        speedup = min(times[base]) / min(times[n])
-        note = ""
-        if n == 2 * base:
-            note = f" (target >= {TARGET}: {'ok' if speedup >= TARGET else 'below target'})"
-        print(f"  -n {n}: {min(times[n]):.2f} s  speed-up over -n {base}: {speedup:.2f}x{note}")
+    for matrix in args.matrix:
+        for n in args.workers:
+            best = min(times[matrix, n])
+            speedup = min(times[matrix, base]) / best
+            note = ""
+            if n == 2 * base:
+                note = f" (target >= {TARGET}: {'ok' if speedup >= TARGET else 'below target'})"
+            print(
+                f"  {Path(matrix).name} -n {n}: {best:.2f} s, {speedup:.2f}x over -n {base}{note}"
+            )
 
 
 if __name__ == "__main__":
