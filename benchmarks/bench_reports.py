@@ -11,6 +11,10 @@ they were measured.
 The history database is built honestly but quickly: one run of realistic results goes through
 the real ``ResultWriter``; the other runs are copies of it made by the database itself
 (INSERT ... SELECT with errors jittered per run and start times a day apart), then ANALYZE.
+The copies bypass the writer, so they start without history summaries: history is timed once
+so (every run computed live, as before summaries existed), then ``summarise_pending`` fills
+them as ``finish_run`` would, and history is timed reading them, also with one run left live
+(a run in progress).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, func, pool, select, text
+from sqlalchemy import Engine, create_engine, func, pool, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -37,8 +41,14 @@ from reports_support import (
     write_run,
 )
 
-from convmatrix.db import history, open_database
-from convmatrix.db.models import MetricRow
+from convmatrix.db import (
+    case_counts,
+    history,
+    open_database,
+    summarise_pending,
+    summarise_runs,
+)
+from convmatrix.db.models import MetricRow, Run
 from convmatrix.reports.render import write_report
 from convmatrix.reports.run_view import build_run_view
 from convmatrix.reports.source import run_case_counts
@@ -143,78 +153,66 @@ def build_history_db(engine: Engine, metric_rows: int, cases_per_run: int) -> in
             args = {"src": src, "new": new, "jitter": 1.0 + 0.05 * (k % 11)}
             conn.execute(text(_COPY_CASES), args)
             conn.execute(text(_COPY_METRICS), args)
-    with engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT")
+    with engine.begin() as conn:  # (in AUTOCOMMIT, SQLite's ANALYZE was never stored)
         conn.execute(text("ANALYZE"))
     return n_runs
 
 
-_SUMMARY_DDL = (
-    "CREATE TABLE proto_history_summary (run_id INTEGER, x_dtype VARCHAR(32), "
-    "output VARCHAR(32), cases INTEGER, passed INTEGER, worst_rel FLOAT, median_rel FLOAT, "
-    "worst_norm FLOAT, median_norm FLOAT, worst_case_id VARCHAR(12))",
-    "CREATE INDEX proto_history_summary_dtype ON proto_history_summary (x_dtype, run_id)",
-)
-_SUMMARY_READ = """
-SELECT s.*, r.started_at, r.kernel, r.kernel_commit, r.label, r.device_kind
-FROM proto_history_summary s JOIN runs r ON r.id = s.run_id
-WHERE s.x_dtype = :dtype ORDER BY r.started_at, r.id, s.output
-"""
-
-
-def summary_prototype(engine: Engine, session: Session) -> float:
-    """A PROPOSAL, measured: the same points kept in a per-(run, dtype, output) summary table
-    that would be filled once when a run finishes; history then reads a few hundred rows.
-    Filled here from ``history()`` itself; returns the median read time."""
+def _forget(engine: Engine, run_ids: list[int] | None) -> None:
+    """Mark runs unsummarised (``None``: all), as a run in progress is."""
+    stmt = update(Run).values(summarised_at=None)
     with engine.begin() as conn:
-        for ddl in _SUMMARY_DDL:
-            conn.execute(text(ddl))
-        for dtype in ("float32", "bfloat16", "float16"):
-            rows = [
-                {"x_dtype": dtype, **{k: getattr(p, k) for k in _SUMMARY_FIELDS}}
-                for p in history(session, dtype)
-            ]
-            if rows:
-                names = ", ".join(rows[0])
-                values = ", ".join(f":{k}" for k in rows[0])
-                conn.execute(
-                    text(f"INSERT INTO proto_history_summary ({names}) VALUES ({values})"), rows
-                )
-    with engine.connect() as conn:
-        return timed(lambda: conn.execute(text(_SUMMARY_READ), {"dtype": "bfloat16"}).all())
-
-
-_SUMMARY_FIELDS = (
-    "run_id", "output", "cases", "passed", "worst_rel", "median_rel", "worst_norm",
-    "median_norm", "worst_case_id",
-)  # fmt: skip
+        conn.execute(stmt if run_ids is None else stmt.where(Run.id.in_(run_ids)))
 
 
 def bench_history(url: str, name: str, metric_rows: int, cases_per_run: int) -> None:
     engine = open_database(url)
     start = time.perf_counter()
     n_runs = build_history_db(engine, metric_rows, cases_per_run)
+    build_s = time.perf_counter() - start
     with Session(engine) as session:
         total = session.scalar(select(func.count()).select_from(MetricRow))
-        build_s = time.perf_counter() - start
+        newest = session.scalar(select(func.max(Run.id)))
+    print(f"history on {name}: {total} metric rows in {n_runs} runs (built in {build_s:.0f} s)")
 
-        def full() -> None:
+    def full() -> None:  # what `convmatrix history --dtype bf16` asks the database
+        with Session(engine) as session:
             points = history(session, "bfloat16")
-            run_case_counts(session, "bfloat16", sorted({p.run_id for p in points}))
+            case_counts(session, "bfloat16", sorted({p.run_id for p in points}))
 
-        cases = {
+    _forget(engine, None)
+    _report("no summaries (live)", timed(full, repeat=1))
+    start = time.perf_counter()
+    with engine.begin() as conn:
+        summarise_pending(conn)
+    fill_s = time.perf_counter() - start
+    per_run_s = timed(lambda: _summarise(engine, newest), repeat=3)
+    print(
+        f"  summaries of {n_runs} runs filled in {fill_s:.1f} s; one run's "
+        f"({total // n_runs} metric rows, what finish_run adds) {per_run_s * 1e3:.0f} ms"
+    )
+    since = datetime.now(timezone.utc) - timedelta(days=30)
+    with Session(engine) as session:
+        cases: dict[str, Callable[[], object]] = {
             "dtype, every output": full,
+            "history() alone": lambda: history(session, "bfloat16"),
             "dtype + output dx": lambda: history(session, "bfloat16", output="dx"),
             "dtype + kernel": lambda: history(session, "bfloat16", kernel="tiled"),
-            "dtype, last 30 days": lambda: history(
-                session, "bfloat16", since=datetime.now(timezone.utc) - timedelta(days=30)
-            ),
+            "dtype, last 30 days": lambda: history(session, "bfloat16", since=since),
         }
-        print(f"history on {name}: {total} metric rows in {n_runs} runs (built in {build_s:.0f} s)")
         for label, fn in cases.items():
             _report(label, timed(fn))
-        _report("proposal: summary", summary_prototype(engine, session))
+    _forget(engine, [newest])
+    _report("one run live", timed(full))
+    with Session(engine) as session:  # reports.source.run_case_counts: a GROUP BY over cases
+        run_ids = list(session.scalars(select(Run.id)))
+        _report("run_case_counts", timed(lambda: run_case_counts(session, "bfloat16", run_ids)))
     engine.dispose()
+
+
+def _summarise(engine: Engine, run_id: int) -> None:
+    with engine.begin() as conn:
+        summarise_runs(conn, [run_id])
 
 
 def _report(label: str, t: float) -> None:

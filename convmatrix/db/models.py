@@ -178,7 +178,8 @@ class MetricRow(Base):
     __table_args__ = (
         UniqueConstraint("case_pk", "output"),
         Index(None, "x_dtype", "output", "run_id"),  # history of dtype X
-        Index(None, "run_id"),
+        # One run's rows (load, delete), and one dtype of one run: a summary computed live.
+        Index(None, "run_id", "x_dtype", "output"),
     )
 
     id: Mapped[intpk]

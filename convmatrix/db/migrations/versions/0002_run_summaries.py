@@ -1,4 +1,5 @@
-"""Per-run history summaries: run_summaries, run_counts, runs.summarised_at.
+"""Per-run history summaries: run_summaries, run_counts, runs.summarised_at; metrics indexed
+by (run_id, x_dtype, output) instead of run_id alone.
 
 Revision ID: 0002
 Revises: 0001
@@ -65,9 +66,18 @@ def upgrade() -> None:
         *(sa.Column(f"n_{o}", sa.Integer(), nullable=False) for o in _OUTCOMES),
     )
     op.create_index(op.f("ix_run_counts_x_dtype_run_id"), "run_counts", ["x_dtype", "run_id"])
+    # The summary of one run computed live seeks (run_id, x_dtype): with only (run_id) indexed,
+    # SQLite chose the (x_dtype, ...) index and walked every row of the dtype (127 ms vs 8 ms
+    # over 1M rows). The wider index serves run_id lookups as the old one did.
+    op.create_index(
+        op.f("ix_metrics_run_id_x_dtype_output"), "metrics", ["run_id", "x_dtype", "output"]
+    )
+    op.drop_index(op.f("ix_metrics_run_id"), table_name="metrics")
 
 
 def downgrade() -> None:
+    op.create_index(op.f("ix_metrics_run_id"), "metrics", ["run_id"])
+    op.drop_index(op.f("ix_metrics_run_id_x_dtype_output"), table_name="metrics")
     op.drop_table("run_counts")
     op.drop_table("run_summaries")
     if op.get_bind().dialect.name == "sqlite":
