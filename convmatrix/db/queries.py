@@ -265,30 +265,24 @@ def history(
         per_run = both.subquery()
     else:
         per_run = stored.subquery()
+    c = per_run.c
     rows = session.execute(
-        select(per_run, Run.started_at, Run.kernel, Run.kernel_commit, Run.label, Run.device_kind)
-        .join(Run, Run.id == per_run.c.run_id)
+        select(c.run_id, Run.started_at, Run.kernel, Run.kernel_commit, Run.label)
+        .add_columns(Run.device_kind, c.output, c.cases, c.passed, c.worst_rel, c.median_rel)
+        .add_columns(c.worst_norm, c.median_norm, c.worst_case_id)
+        .join(Run, Run.id == c.run_id)
         .where(*conditions)
     )
+    # In HistoryPoint's field order, unpacked by position: a point per run and output can be
+    # thousands, and named access on each row costs more than the query itself.
     points = [
         HistoryPoint(
-            run_id=row.run_id,
-            started_at=_aware(row.started_at),  # type: ignore[arg-type]
-            kernel=row.kernel,
-            kernel_commit=row.kernel_commit,
-            label=row.label,
-            device_kind=row.device_kind,
-            output=row.output,
-            cases=row.cases,
-            passed=int(row.passed),
-            worst_rel=_float(row.worst_rel),
-            median_rel=_float(row.median_rel),
-            worst_norm=_float(row.worst_norm),
-            median_norm=_float(row.median_norm),
-            worst_case_id=row.worst_case_id,
+            run_id, _aware(started), kernel, commit, label, device, out, n, int(n_passed),
+            *(_float(v) for v in errors), worst_case,
         )
-        for row in rows
-    ]
+        for run_id, started, kernel, commit, label, device, out, n, n_passed, *errors, worst_case
+        in rows
+    ]  # fmt: skip
     rank = {name: i for i, name in enumerate(OUTPUTS)}
     points.sort(key=lambda p: (p.started_at, p.run_id, rank.get(p.output, len(rank)), p.output))
     return points
