@@ -132,17 +132,18 @@ def main() -> None:
             f"{rate(sum(t[1] for t in tp), sum(t[0] for t in tp))}, kernel-wide in "
             f"{sum(t[3] for t in tp)}/{len(tp)}"
         )
-    hist = HistoryRule(window=min(5, max(3, args.runs - 2)))
-    first = hist.min_baseline + hist.confirm
-    fp_h = [history_regressions(aa[:k], rule=hist) for k in range(first, len(aa) + 1)]
-    line = (
-        f"history rule (window {hist.window}, confirm {hist.confirm}): A/A "
-        f"{rate(sum(len(h.regressions) for h in fp_h), sum(h.judged for h in fp_h))}"
-    )
-    if len(ab) >= hist.confirm:
-        tp_h = history_regressions(aa + ab, rule=hist)
-        line += f"; slowed found {rate(len(tp_h.regressions), tp_h.judged)}"
-    print(line)
+    for confirm in (2, 3):
+        hist = HistoryRule(window=min(5, max(3, args.runs - confirm)), confirm=confirm)
+        first = hist.min_baseline + hist.confirm
+        fp_h = [history_regressions(aa[:k], rule=hist) for k in range(first, len(aa) + 1)]
+        line = (
+            f"history rule (window {hist.window}, confirm {hist.confirm}): A/A "
+            f"{rate(sum(len(h.regressions) for h in fp_h), sum(h.judged for h in fp_h))}"
+        )
+        if len(ab) >= hist.confirm:
+            tp_h = history_regressions(aa + ab, rule=hist)
+            line += f"; slowed found {rate(len(tp_h.regressions), tp_h.judged)}"
+        print(line)
 
 
 if __name__ == "__main__":

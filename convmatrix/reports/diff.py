@@ -269,6 +269,15 @@ def summary_text(view: DiffView, limit: int = 10) -> str:
     if view.timing.drift is not None:
         drift = view.timing.drift
         lines.append(f"  machine drift (framework path, median over cases): x{drift:.3f}")
+    pooled = view.timing.pooled
+    if pooled is not None and pooled.ratio is not None:
+        verdict = "SLOWER" if pooled.slower else "FASTER" if pooled.faster else "no change"
+        lines.append(
+            f"  kernel as a whole: x{pooled.ratio:.3f} over {pooled.n_cases} cases "
+            f"(signed-rank p={pooled.p_slower:.2g} slower, {pooled.p_faster:.2g} faster): "
+            f"{verdict}; a lone timing must move beyond x{pooled.noise:.2f} (run-to-run noise), "
+            f"{len(view.timing.within_noise)} within it"
+        )
     for t in view.timing.regressions[:limit]:
         corrected = f", x{t.corrected_ratio:.2f} vs framework" if t.corrected_ratio else ""
         lines.append(
