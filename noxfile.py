@@ -58,6 +58,25 @@ def matrix(session: nox.Session) -> None:
         session.error("the nightly matrix has failing cases: see reports/")
 
 
+@nox.session
+def perf(session: nox.Session) -> None:
+    """The timing job: run the perf matrix (every case timed in three scopes, beside the
+    framework path and a memcpy of its bytes), write its report (reports/run-<id>.html) and
+    the timing diff against the previous perf runs of the same kernel and device
+    (reports/perf-diff.html); fails when a slowdown persists over the last 3 runs against the
+    5 before them (``--timing-history``). Arguments after ``--`` go to ``convmatrix run``.
+    """
+    install_project(session)
+    args = list(session.posargs)
+    if _option_value(args, "--kernel") is None:
+        args = ["--kernel", "tiled", *args]
+    db = _option_value(args, "--db")
+    session.run("convmatrix", "run", "--matrix", "perf", "--report", "reports", *args)
+    diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/perf-diff.html"]
+    diff += ["--timing-history", "5", "--fail-on", "timing-history"]
+    session.run(*diff, *(["--db", db] if db else []))
+
+
 def _option_value(args: list[str], name: str) -> str | None:
     """The value of ``--name VALUE`` or ``--name=VALUE`` in ``args`` (the last one wins)."""
     value = None

@@ -112,32 +112,30 @@ def _history(rng, factors: list[float], control: list[float] | None = None, spre
 
 def test_history_claims_a_change_confirmed_by_consecutive_runs():
     rng = random.Random(5)
-    out = history_regressions(_history(rng, [1, 1, 1, 1, 1, 1.5, 1.5]))
+    out = history_regressions(_history(rng, [1, 1, 1, 1, 1, 1.5, 1.5, 1.5]))
     assert [c.case_id for c in out.regressions] == ["case0"] and out.judged == 1
     assert out.regressions[0].ratio == pytest.approx(1.5, rel=0.1)  # 5% spread per run
-    assert out.baseline_runs == [0, 1, 2, 3, 4] and out.recent_runs == [5, 6]
+    assert out.baseline_runs == [0, 1, 2, 3, 4] and out.recent_runs == [5, 6, 7]
 
 
 @pytest.mark.parametrize(
     "factors, why",
     [
-        ([1, 1, 1, 1, 1, 1, 1.5], "one slow run is not confirmed"),
-        ([1, 1.4, 1, 1, 1, 1.3, 1.3], "the recent runs stay within the baseline's range"),
-        ([1, 1, 1, 1, 1.5, 1.5], "with the confirming runs removed, too little baseline"),
+        ([1, 1, 1, 1, 1, 1, 1, 1.5], "one slow run is not confirmed"),
+        ([1, 1, 1, 1, 1, 1, 1.5, 1.5], "two slow runs are not three"),
+        ([1, 1.4, 1, 1, 1, 1.3, 1.3, 1.3], "the recent runs stay within the baseline's range"),
+        ([1, 1, 1.5, 1.5, 1.5], "two baseline runs are too few"),
     ],
 )
 def test_history_does_not_claim(factors, why):
     rng = random.Random(6)
-    runs = _history(rng, factors)
-    if why.startswith("with the confirming"):
-        runs = runs[3:]  # baseline of one run
-    assert history_regressions(runs).regressions == [], why
+    assert history_regressions(_history(rng, factors)).regressions == [], why
 
 
 def test_history_divides_by_the_control():
-    """The machine got 1.5x slower for the last two runs (control too): no claim."""
+    """The machine got 1.5x slower for the last three runs (control too): no claim."""
     rng = random.Random(7)
-    runs = _history(rng, [1, 1, 1, 1, 1, 1.5, 1.5], control=[1, 1, 1, 1, 1, 1.5, 1.5])
+    runs = _history(rng, [1, 1, 1, 1, 1, 1.5, 1.5, 1.5], control=[1, 1, 1, 1, 1, 1.5, 1.5, 1.5])
     assert history_regressions(runs).regressions == []
     raw = history_regressions(runs, rule=HistoryRule(control=None))
     assert [c.case_id for c in raw.regressions] == ["case0"] and not raw.regressions[0].corrected

@@ -175,7 +175,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--timing-confirm", type=int, default=HistoryRule.confirm, metavar="K",
-        help="consecutive newest runs (HEAD included) that must all be slower (default 2)",
+        help="consecutive newest runs (HEAD included) that must all be slower (default 3)",
     )  # fmt: skip
     parser.add_argument("--db", metavar="URL", help=DB_HELP)
     parser.set_defaults(handler=diff_command)

@@ -4,7 +4,7 @@ Pure functions, no I/O. A pair of runs can disagree for reasons that are not the
 machine was busy that night); a change that persists cannot. For each timing of the newest run
 (matched by case id, scope and mode), with ``runs`` oldest first:
 
-- the *recent* runs are the newest ``confirm`` (default 2, HEAD included), the *baseline* the
+- the *recent* runs are the newest ``confirm`` (default 3, HEAD included), the *baseline* the
   up to ``window`` (default 5) runs before them, of which at least ``min_baseline`` (3) must
   hold the timing, each median from at least ``min_samples`` (5) repetitions;
 - the value compared is the median divided by the same run's control median (the framework
@@ -35,7 +35,9 @@ RunTimings = Mapping[str, Sequence[TimingResult]]  # case id -> the case's timin
 @dataclass(frozen=True)
 class HistoryRule:
     window: int = 5
-    confirm: int = 2
+    # A/A histories on a loaded shared CPU: 2 confirming runs claimed 1.6-3.9% of the timings,
+    # 3 claimed none (benchmarks/bench_timing_aa.py, README "Timing").
+    confirm: int = 3
     ratio: float = 1.1
     min_baseline: int = 3
     min_samples: int = 5
