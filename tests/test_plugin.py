@@ -1,4 +1,7 @@
-"""The pytest plugin in real pytest processes: xdist workers, crashes, timeouts, the writer."""
+"""The pytest plugin in real pytest processes: xdist workers, crashes, timeouts, the writer.
+
+PostgreSQL under xdist is covered by ``test_run_cli.py::test_run_into_postgresql``.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ def by_id(url: str, run_id: int) -> dict:
     return {r.case.pytest_id: r for r in results(url, run_id)}
 
 
+@pytest.mark.slow
 def test_xdist_run_records_every_case_and_only_the_controller_writes(tmp_path):
     """Under -n 2 every case lands in the database, written by the controller alone.
 
@@ -62,6 +66,7 @@ def test_xdist_run_records_every_case_and_only_the_controller_writes(tmp_path):
     assert "holds the database open" in single.stdout
 
 
+@pytest.mark.slow
 def test_a_worker_killed_by_its_kernel_is_one_crashed_case(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     done = run(
@@ -79,6 +84,7 @@ def test_a_worker_killed_by_its_kernel_is_one_crashed_case(tmp_path):
     assert "1 worker(s) died and were replaced" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_hung_kernel_is_a_timeout_recorded_once_and_the_run_goes_on(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     # 10 s: an honest tiny case takes ~0.02 s, ~2 s when it is a cold worker's first on a
@@ -94,6 +100,7 @@ def test_a_hung_kernel_is_a_timeout_recorded_once_and_the_run_goes_on(tmp_path):
     assert "no result after 10 s" in stored[TINY_L7].message
 
 
+@pytest.mark.slow
 def test_plain_pytest_selects_cases_and_skips_with_reasons(tmp_path):
     """No xdist: one process runs and records; --case selects; missing features skip."""
     url = f"sqlite:///{tmp_path / 'r.db'}"
@@ -110,17 +117,6 @@ def test_plain_pytest_selects_cases_and_skips_with_reasons(tmp_path):
     stored = {r.case.id: r for r in results(url, info.id)}
     assert {k: r.outcome for k, r in stored.items()} == {update.id: "passed", fwd[0].id: "skipped"}
     assert stored[update.id].worker == "main" and info.n_planned == 2
-
-
-@pytest.mark.postgres
-def test_xdist_run_into_postgresql(tmp_path, postgres_url):
-    done = run(
-        pytest_cmd(str(TINY), "--kernel", "torch", "--db", postgres_url, "-n", "2"), tmp_path
-    )
-    assert done.returncode == 0, done.stdout
-    (info,) = runs(postgres_url)
-    assert info.status == "finished" and info.counts["passed"] == 4
-    assert len(results(postgres_url, info.id)) == 4
 
 
 def test_usage_errors_and_staying_out_of_ordinary_suites(tmp_path):

@@ -26,6 +26,7 @@ RESUME = RESOURCES / "matrices" / "resume.matrix.yaml"
 
 
 @pytest.mark.parametrize("kernel", ["torch", "reference"])
+@pytest.mark.slow
 def test_smoke_passes_under_two_workers_and_every_case_is_stored(tmp_path, kernel):
     url = f"sqlite:///{tmp_path / 'results.db'}"
     args = ["run", "--matrix", "smoke", "--kernel", kernel, "-n", "2", "--db", url]
@@ -43,6 +44,7 @@ def test_smoke_passes_under_two_workers_and_every_case_is_stored(tmp_path, kerne
     assert (tmp_path / "report" / f"run-{info.id}.html").is_file()
 
 
+@pytest.mark.slow
 def test_reversed_weight_taps_fail_exactly_the_outputs_that_depend_on_weights(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
     args = ["run", "--matrix", str(TINY), "--kernel", "bad_kernels:ReversedTaps", "-n", "2"]
@@ -125,6 +127,7 @@ def _wait_for(url: str, proc: subprocess.Popen, at_least: int) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_killed_run_keeps_its_results_and_resume_runs_only_the_missing(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
     proc = _start(tmp_path, url)
@@ -148,6 +151,7 @@ def test_a_killed_run_keeps_its_results_and_resume_runs_only_the_missing(tmp_pat
     assert len({r.case.id for r in results(url, info.id)}) == 16
 
 
+@pytest.mark.slow
 def test_sigterm_marks_the_run_interrupted_and_keeps_what_was_recorded(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
     proc = _start(tmp_path, url)
@@ -161,6 +165,7 @@ def test_sigterm_marks_the_run_interrupted_and_keeps_what_was_recorded(tmp_path)
     assert re.search(rf"convmatrix run {info.id} \[interrupted\]: \d+ passed", out), out
 
 
+@pytest.mark.slow
 def test_two_runs_writing_one_database_at_once_lose_nothing(tmp_path):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     procs = [
