@@ -213,9 +213,12 @@ def test_time_case_rows_carry_work_bounds_and_efficiency():
     rows = time_case(KERNELS[2], case, torch.device("cpu"), settings, TorchKernel())
     by = {(r.scope, r.mode): r for r in rows}
     assert set(by) == {(s, None) for s in ("kernel", "kernel.bwd", "op", "op.bwd", "subgraph",
-                                             "framework", "memcpy", "fma")}  # fmt: skip
-    fma, copy = by[("fma", None)], by[("memcpy", None)]
+                                             "framework", "memcpy", "fma", "gemm")}  # fmt: skip
+    fma, gemm, copy = by[("fma", None)], by[("gemm", None)], by[("memcpy", None)]
     compute = fma.flops / fma.min_s
+    dense = max(gemm.flops / gemm.min_s, compute)
+    sub = by[("subgraph", None)]  # with dense layers: its flops bounded at the GEMM rate
+    assert sub.bound_s >= sub.flops / dense and sub.efficiency == sub.bound_s / sub.median_s
     for scope in ("kernel", "op", "framework"):
         r = by[(scope, None)]
         assert (r.flops, r.bytes_moved) == (work_of(case).flops, work_of(case).bytes)

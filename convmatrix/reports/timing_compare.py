@@ -14,7 +14,7 @@ the same seconds, the framework path (scope ``framework``, same mode). When both
 the claim must also hold after dividing each run's samples by its control's median: the
 corrected ratio above ``ratio`` and the U test on the corrected samples below ``alpha``. A
 kernel that really slowed down passes both; a machine that slowed down moves the control too.
-The yardstick rows themselves (``framework``, ``memcpy``, ``fma``) are never claimed as
+The yardstick rows themselves (``framework``, ``memcpy``, ``fma``, ``gemm``) are never claimed as
 regressions of the kernel; their moves are listed apart (``yardsticks``), as the drift they are.
 
 Runs move more between themselves than a rank test on one second's repetitions can know, so a
@@ -43,7 +43,8 @@ class TimingRule:
     alpha: float = 0.01  # significance of the U test
     min_samples: int = 5
     control: str | None = "framework"  # scope measured beside each case; None: no correction
-    yardsticks: tuple[str, ...] = ("framework", "memcpy", "fma")  # never the kernel's claims
+    # Never the kernel's claims: the control and the calibration rows.
+    yardsticks: tuple[str, ...] = ("framework", "memcpy", "fma", "gemm")
     # A lone timing must leave the pair's noise band exp(z * sigma). The run-to-run moves are
     # heavy-tailed (A/A on a loaded 2-core host: whole cases moved x1.5-1.8 with a robust sigma
     # of x1.13; z = 3, 4, 5 claimed 18, 9, 2 of 455 A/A timings, z = 6 none).

@@ -33,7 +33,7 @@ __all__ = [
     "scope_key",
 ]
 
-CALIBRATION = ("memcpy", "fma")
+_RATES = ("fma", "gemm")  # calibration rows: rates, not columns
 # Column order of the side-by-side table: the kernel's scopes, then the yardsticks.
 _ORDER = ("kernel", "kernel~op", "kernel.bwd", "op", "op.bwd", "subgraph", "framework", "memcpy")
 _BYTES_SCOPES = ("kernel", "kernel~op", "op", "subgraph", "framework", "memcpy")
@@ -80,7 +80,8 @@ class SweepChart:
 @dataclass
 class TimingSummary:
     bandwidth: list[float] = field(default_factory=list)  # B/s per distinct calibration
-    compute: list[float] = field(default_factory=list)  # flop/s
+    compute: list[float] = field(default_factory=list)  # flop/s, element-wise FMA
+    dense: list[float] = field(default_factory=list)  # flop/s, fp32 GEMM (subgraph bounds)
     scopes: list[str] = field(default_factory=list)  # column order
     rows: list[ScopeRow] = field(default_factory=list)
     charts: list[SweepChart] = field(default_factory=list)
@@ -95,30 +96,32 @@ def _first(by: Mapping[str, float], *keys: str) -> float | None:
 
 
 def _row(result: CaseResult) -> ScopeRow:
-    medians = {scope_key(t): t.median_s for t in result.timings if t.scope != "fma"}
+    medians = {scope_key(t): t.median_s for t in result.timings if t.scope not in _RATES}
     op = _first(medians, "op", "op[reset]")
     return ScopeRow(
         case_id=result.case.id,
         name=result.case.pytest_id,
         suite=result.case.suite,
         median_s=medians,
-        efficiency={scope_key(t): t.efficiency for t in result.timings if t.scope != "fma"},
+        efficiency={scope_key(t): t.efficiency for t in result.timings if t.scope not in _RATES},
         op_vs_kernel=_ratio(op, _first(medians, "kernel", "kernel[reset]")),
         op_vs_framework=_ratio(op, _first(medians, "framework", "framework[reset]")),
         op_vs_memcpy=_ratio(op, medians.get("memcpy")),
     )
 
 
-def _rates(results: Sequence[CaseResult]) -> tuple[list[float], list[float]]:
-    """Distinct calibrations (one per worker process): streaming B/s and P_eff."""
-    bandwidth, compute = set(), set()
+def _rates(results: Sequence[CaseResult]) -> tuple[list[float], list[float], list[float]]:
+    """Distinct calibrations (one per worker process, to 4 digits): streaming B/s, P_eff
+    (element-wise FMA) and the dense (GEMM) rate, each from its fastest call."""
+    bandwidth, compute, dense = set(), set(), set()
     for r in results:
         for t in r.timings:
             if t.scope == "memcpy" and t.bound_s and t.bytes_moved:
-                bandwidth.add(t.bytes_moved / t.bound_s)
-            elif t.scope == "fma" and t.flops and t.min_s > 0:
-                compute.add(t.flops / t.min_s)  # as calibrate.rates_of: the fastest call
-    return sorted(bandwidth), sorted(compute)
+                bandwidth.add(float(f"{t.bytes_moved / t.bound_s:.4g}"))
+            elif t.scope in _RATES and t.flops and t.min_s > 0:
+                rate = float(f"{t.flops / t.min_s:.4g}")  # as calibrate.rates_of
+                (compute if t.scope == "fma" else dense).add(rate)
+    return sorted(bandwidth), sorted(compute), sorted(dense)
 
 
 def _slope(xs: Sequence[float], ys: Sequence[float], log: bool) -> float | None:
@@ -205,14 +208,15 @@ def build_timing_summary(
     timed = [r for r in results if r.timings]
     if not timed:
         return None
-    bandwidth, compute = _rates(timed)
-    seen = {scope_key(t) for r in timed for t in r.timings if t.scope != "fma"}
+    bandwidth, compute, dense = _rates(timed)
+    seen = {scope_key(t) for r in timed for t in r.timings if t.scope not in _RATES}
     order = {s: i for i, s in enumerate(_ORDER)}
     scopes = sorted(seen, key=lambda k: (order.get(k.split("[")[0], 99), k))
     tile = (geometry or {}).get("tile")
     return TimingSummary(
         bandwidth=bandwidth,
         compute=compute,
+        dense=dense,
         scopes=scopes,
         rows=sorted((_row(r) for r in timed), key=lambda row: (row.suite, row.name)),
         charts=_charts(timed, int(tile) if tile else None),

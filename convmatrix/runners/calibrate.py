@@ -8,10 +8,14 @@ SPEC.md §5: ``t >= max(F / P_eff, D / BW_eff)`` with *measured* rates, never sh
   D, so cache residency and per-call launch cost at that size are in it.
 - ``time_fma(device)``: fp32 fused multiply-adds on a 256 KiB buffer that stays in cache, so the
   rate is arithmetic, not memory, bound.
-- ``calibration(device)``: both measured once per process and device (a worker measures its
+- ``time_gemm(device)``: an fp32 256^3 matrix product, the rate dense layers reach (the
+  subgraph's in_proj/out_proj): far above the element-wise rate on a CPU with wide FMA units,
+  so a bound on work that includes them must use it or it is no lower bound.
+- ``calibration(device)``: all measured once per process and device (a worker measures its
   own, under its own thread count) and cached: the device's streaming bandwidth (a copy moving
-  256 MiB) and P_eff. Every timed case stores the ``fma`` row and its ``memcpy`` row beside its
-  scopes, so a stored timing carries the rates its efficiency was computed with.
+  256 MiB), P_eff (element-wise) and the dense rate. Every timed case stores the ``fma`` and
+  ``gemm`` rows and its ``memcpy`` row beside its scopes, so a stored timing carries the rates
+  its efficiency was computed with.
 """
 
 from __future__ import annotations
@@ -36,13 +40,15 @@ __all__ = [
     "rates_of",
     "time_copy",
     "time_fma",
+    "time_gemm",
 ]
 
 # Scopes of the yardstick rows: stored beside the kernel's timings, never judged as the kernel.
-CALIBRATION_SCOPES = ("memcpy", "fma")
+CALIBRATION_SCOPES = ("memcpy", "fma", "gemm")
 COPY_PLAN = TimingPlan(warmup_min=2, warmup_max=10, repeats_min=10, repeats_max=200, budget_s=0.05)
 DEVICE_COPY_BYTES = 256 << 20  # traffic; 128 MiB a side is past any last-level cache
 _FMA_ELEMENTS, _FMA_ROUNDS = 1 << 16, 16
+_GEMM_N = 256
 _CACHE: dict[str, Calibration] = {}
 
 
@@ -80,13 +86,30 @@ def time_fma(device: torch.device | str, plan: TimingPlan = COPY_PLAN) -> Timing
     return replace(result, flops=float(2 * _FMA_ELEMENTS * _FMA_ROUNDS), bytes_moved=0.0)
 
 
+def time_gemm(device: torch.device | str, plan: TimingPlan = COPY_PLAN) -> TimingResult:
+    """Time an fp32 (256 x 256) @ (256 x 256) product (2 * 256^3 flops), operands in cache."""
+    n = _GEMM_N
+    a = torch.full((n, n), 0.5, dtype=torch.float32, device=device)
+    out = torch.empty_like(a)
+    result = measure_on(device, lambda: torch.mm(a, a, out=out), plan, scope="gemm")
+    return replace(result, flops=float(2 * n**3), bytes_moved=0.0)
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """A process's measured rates and the two timings they come from."""
+    """A process's measured rates and the timings they come from."""
 
     rates: Rates
     copy: TimingResult  # the streaming copy of DEVICE_COPY_BYTES
     fma: TimingResult
+    gemm: TimingResult
+
+    @property
+    def dense(self) -> float:
+        """flop/s of dense matrix products (their fastest call), at least the element-wise
+        rate: the compute rate a bound on work that includes dense layers must use."""
+        assert self.gemm.flops
+        return max(self.gemm.flops / self.gemm.min_s, self.rates.compute)
 
 
 def rates_of(copy: TimingResult, fma: TimingResult) -> Rates:
@@ -104,5 +127,5 @@ def calibration(device: torch.device | str, nbytes: int = DEVICE_COPY_BYTES) -> 
     if key not in _CACHE:
         plan = TimingPlan(repeats_min=5, repeats_max=50, budget_s=0.2)
         copy, fma = time_copy(device, nbytes, plan), time_fma(device, plan)
-        _CACHE[key] = Calibration(rates_of(copy, fma), copy, fma)
+        _CACHE[key] = Calibration(rates_of(copy, fma), copy, fma, time_gemm(device, plan))
     return _CACHE[key]

@@ -43,6 +43,7 @@ class Timed:
     work: Work
     mode: str | None = None
     setup: Callable[[], None] | None = None
+    dense: bool = False  # the work includes dense layers: bound its flops at the GEMM rate
 
 
 def _view(t: Any) -> torch.Tensor | None:

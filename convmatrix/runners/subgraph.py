@@ -100,7 +100,7 @@ def _forward_block(kernel: Any, case: Case, fi: ForwardInputs, device: torch.dev
                 return torch.autograd.grad(out, params, block.g)
             return out
 
-    return Timed("subgraph", run, block_work(case))
+    return Timed("subgraph", run, block_work(case), dense=True)
 
 
 def _update_block(kernel: Any, case: Case, ui: UpdateInputs, device: torch.device) -> Timed:
@@ -123,7 +123,7 @@ def _update_block(kernel: Any, case: Case, ui: UpdateInputs, device: torch.devic
             )  # fmt: skip
             return block.finish(y, z)
 
-    return Timed("subgraph", run, block_work(case), "advance", setup=advance)
+    return Timed("subgraph", run, block_work(case), "advance", setup=advance, dense=True)
 
 
 def subgraph_scope(kernel: Any, case: Case, inputs: ForwardInputs | UpdateInputs) -> Timed:

@@ -8,11 +8,12 @@ no timing ever runs inside the numeric comparison. Rows produced (``TimingResult
 - ``framework``: the framework path's (``torch``) public call on the same case, side by side
   (absent when the kernel under test is the framework path itself);
 - ``memcpy``: a copy moving the case's D bytes, the yardstick of the bound's memory term;
-- ``fma``: this process's compute calibration (``convmatrix.runners.calibrate``).
+- ``fma``, ``gemm``: this process's compute calibration (``convmatrix.runners.calibrate``).
 
 For every kernel, op, subgraph and framework row: ``flops``/``bytes_moved`` from the model,
 ``bound_s = max(F / P_eff, t_memcpy(D))`` (the memory term is the measured copy of the same D
-bytes, ``D / BW_eff`` with ``BW_eff`` measured at that size) and ``efficiency = bound / median``.
+bytes, ``D / BW_eff`` with ``BW_eff`` measured at that size; P_eff the element-wise FMA rate,
+for the subgraph's dense layers the GEMM rate) and ``efficiency = bound / median``.
 
 On the cpu device under the default ``process`` clock (``devices.cpu_clock``) a case is
 timed with one intra-op thread: the CPU time of a call is then its latency on one core, and no
@@ -66,10 +67,11 @@ def _inputs(case: Case, device: torch.device) -> Any:
 
 
 class _Bounds:
-    """Lower bounds of one case: ``max(F / P_eff, t_copy(D))``, one copy timing per D."""
+    """Lower bounds of one case: ``max(F / P_eff, t_copy(D))``, one copy timing per D; the
+    flops of work with dense layers (the subgraph) at the GEMM rate."""
 
-    def __init__(self, device: torch.device, compute: float) -> None:
-        self.device, self.compute = device, compute
+    def __init__(self, device: torch.device, compute: float, dense: float) -> None:
+        self.device, self.compute, self.dense = device, compute, dense
         self.copies: dict[float, TimingResult] = {}
 
     def copy(self, nbytes: float) -> TimingResult:
@@ -77,9 +79,9 @@ class _Bounds:
             self.copies[nbytes] = time_copy(self.device, nbytes)
         return self.copies[nbytes]
 
-    def of(self, work: Work) -> float:
+    def of(self, work: Work, dense: bool = False) -> float:
         memory = self.copy(work.bytes).median_s if work.bytes > 0 else 0.0
-        return max(work.flops / self.compute, memory)
+        return max(work.flops / (self.dense if dense else self.compute), memory)
 
 
 def measure_interleaved(
@@ -107,8 +109,8 @@ def measure_interleaved(
     return results
 
 
-def _with_bound(result: TimingResult, work: Work, bounds: _Bounds) -> TimingResult:
-    bound = bounds.of(work)
+def _with_bound(result: TimingResult, item: Timed, bounds: _Bounds) -> TimingResult:
+    work, bound = item.work, bounds.of(item.work, item.dense)
     return replace(
         result, flops=float(work.flops), bytes_moved=float(work.bytes), bound_s=bound,
         efficiency=efficiency(bound, result.median_s),
@@ -158,7 +160,7 @@ def _time_case(
 ) -> list[TimingResult]:
     plan = plan_for(settings)
     cal = calibration(device)
-    bounds = _Bounds(device, cal.rates.compute)
+    bounds = _Bounds(device, cal.rates.compute, cal.dense)
     work = work_of(case)
     items = _scopes(kernel, framework, case, device)
     copy = Timed("memcpy", copy_call(device, work.bytes), Work(0.0, work.bytes))
@@ -166,7 +168,7 @@ def _time_case(
     # The interleaved copy of D bytes is the yardstick row and the bound of the conv's own D.
     yard = replace(measured[-1], flops=0.0, bytes_moved=float(copy_bytes(work.bytes)))
     bounds.copies[work.bytes] = yard
-    rows = [_with_bound(r, t.work, bounds) for r, t in zip(measured, items, strict=False)]
+    rows = [_with_bound(r, t, bounds) for r, t in zip(measured, items, strict=False)]
     streaming = yard.bytes_moved / cal.rates.bandwidth if yard.bytes_moved else None
     yardstick = efficiency(streaming, yard.median_s) if streaming else None
-    return [*rows, replace(yard, bound_s=streaming, efficiency=yardstick), cal.fma]
+    return [*rows, replace(yard, bound_s=streaming, efficiency=yardstick), cal.fma, cal.gemm]
