@@ -40,7 +40,7 @@ from convmatrix.runners.results import CaseResult
 from convmatrix.runners.verdict import describe
 from convmatrix.runners.watchdog import Watchdog
 
-__all__ = ["PAYLOAD", "STATE", "CaseItem", "RunnerState"]
+__all__ = ["PAYLOAD", "STATE", "CaseItem", "RunnerState", "WorkerPlacement", "place_worker"]
 
 PAYLOAD = "convmatrix_result"  # user_properties key of the JSON CaseResult
 _WORKERINPUT = "convmatrix"
@@ -146,17 +146,49 @@ def pytest_configure(config: pytest.Config) -> None:
     _install_sigterm()
 
 
+@dataclass(frozen=True)
+class WorkerPlacement:
+    """Where an xdist worker runs: its device, the visibility variables, its torch threads."""
+
+    device: str  # "cpu", "cuda:0", "mlu:0" (torch.device("mlu") needs torch_mlu imported)
+    env: dict[str, str]
+    threads: int | None  # None: leave torch's default (accelerator workers)
+
+
+def place_worker(
+    worker_id: str, workers: int, kind: str, count: int, cores: int, environ: dict | None = None
+) -> WorkerPlacement:
+    """Worker gwN owns device N mod count, which it then sees as device 0; a CPU worker gets
+    cores // workers threads (torch's default, every core, oversubscribes them ~3x)."""
+    from convmatrix.runners.devices import visible_devices_env
+
+    number = int(worker_id.lstrip("gw") or 0)
+    env = visible_devices_env(kind, number % max(1, count), environ)
+    if kind == "cpu":
+        return WorkerPlacement("cpu", env, max(1, cores // max(1, workers)))
+    return WorkerPlacement(f"{kind}:0", env, None)
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _worker_state(config: pytest.Config, workerinput: dict) -> RunnerState:
     """Pin this worker to its device before anything initialises it, then load the same plans."""
     info = workerinput[_WORKERINPUT]
-    number = int(str(workerinput["workerid"]).lstrip("gw") or 0)
-    kind, count = info["device_kind"], max(1, int(info["device_count"]))
-    from convmatrix.runners.devices import visible_devices_env
+    kind, count = info["device_kind"], int(info["device_count"])
+    where = place_worker(
+        str(workerinput["workerid"]), int(workerinput["workercount"]), kind, count, _cores()
+    )
+    os.environ.update(where.env)
+    if where.threads is not None:
+        torch.set_num_threads(where.threads)
+    else:
+        from convmatrix.runners.devices import backend_module
 
-    os.environ.update(visible_devices_env(kind, number % count))
-    if kind == "cpu":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        torch.set_num_threads(max(1, (cores or 1) // max(1, int(workerinput["workercount"]))))
+        backend_module(kind)  # registers torch.mlu (imports torch_mlu) after the pinning
     kernel = _load_kernel(info["kernel"])
     state = RunnerState(
         role="worker",
@@ -167,7 +199,7 @@ def _worker_state(config: pytest.Config, workerinput: dict) -> RunnerState:
         wanted=list(info["wanted"]),
         done=set(info["done"]),
         device_spec=kind,
-        device=torch.device(kind, 0) if kind != "cpu" else torch.device("cpu"),
+        device=torch.device(where.device),
         device_count=count,
         timeout_s=info["timeout_s"],
     )

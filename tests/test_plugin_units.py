@@ -1,0 +1,99 @@
+"""The plugin's parts that need no pytest session: worker placement, case selection, the
+recorder's once-per-case rule, the summary, and the watchdog (in a child process, since it
+ends its process on purpose)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from convmatrix.db import RunMeta
+from convmatrix.errors import UsageError
+from convmatrix.matrix.case import Case
+from convmatrix.runners.plan import select_cases
+from convmatrix.runners.plugin import place_worker
+from convmatrix.runners.recorder import Recorder
+from convmatrix.runners.results import CaseResult
+from convmatrix.runners.summary import summary_lines
+from convmatrix.runners.watchdog import EXIT_STATUS
+
+
+def test_cuda_workers_own_device_n_mod_count_and_see_it_as_zero():
+    where = place_worker("gw3", 4, "cuda", 2, cores=16, environ={})
+    assert where.env == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert where.device == "cuda:0" and where.threads is None
+    # A parent already restricted to physical devices 4,5: gw0 -> 4, gw1 -> 5, gw2 -> 4.
+    parent = {"CUDA_VISIBLE_DEVICES": "4,5"}
+    got = [place_worker(f"gw{i}", 3, "cuda", 2, 16, parent).env for i in range(3)]
+    assert got == [{"CUDA_VISIBLE_DEVICES": v} for v in ("4", "5", "4")]
+    assert place_worker("gw1", 2, "mlu", 2, 16, {}).env == {"MLU_VISIBLE_DEVICES": "1"}
+
+
+def test_cpu_workers_share_the_cores():
+    assert place_worker("gw0", 2, "cpu", 1, cores=2, environ={}).threads == 1
+    assert place_worker("gw5", 3, "cpu", 1, cores=16, environ={}).threads == 5
+    assert place_worker("gw0", 4, "cpu", 1, cores=2, environ={}).threads == 1
+    assert place_worker("gw0", 1, "cpu", 1, cores=8, environ={}).env == {}
+
+
+CASES = [Case("t", "fwd", k, 8, 1, seqlen=s) for k in (2, 4) for s in (3, 5)]
+
+
+def test_case_selection_by_id_prefix_or_pytest_id_minus_done():
+    a, b, c, d = CASES
+    assert select_cases(CASES) == CASES
+    assert select_cases(CASES, [a.id, b.id[:5], c.pytest_id]) == [a, b, c]
+    assert select_cases(CASES, [], done=[a.id, d.id]) == [b, c]
+    with pytest.raises(UsageError, match="--case nothing: no such case"):
+        select_cases(CASES, ["nothing"])
+    assert select_cases(CASES, ["nothing"], strict=False) == []
+
+
+def test_a_case_is_recorded_once_a_timeout_beats_the_crash_report_after_it():
+    recorder = Recorder(None, RunMeta(kernel="k", matrix="m", matrix_hash="h"), enabled=False)
+    hung, other = CASES[0], CASES[1]
+    assert recorder.record(CaseResult(hung, "timeout", worker="gw1"))
+    assert not recorder.crashed(hung, "gw1", "worker 'gw1' crashed")
+    assert recorder.tally.results[hung.id].outcome == "timeout"
+    assert recorder.tally.crashed_workers["gw1"] == 1  # the worker did die and was replaced
+    assert recorder.crashed(other, "gw2", "worker 'gw2' crashed")
+    assert recorder.finish({hung.id, other.id, CASES[2].id}, interrupted=False) == "interrupted"
+    assert not recorder.record(CaseResult(CASES[2], "passed"))  # the run is closed
+
+
+def test_summary_counts_worst_failures_first_and_names_the_run():
+    results = [
+        CaseResult(CASES[0], "passed"),
+        CaseResult(CASES[1], "crashed", message="the worker died"),
+        CaseResult(CASES[2], "skipped", message="no backward"),
+    ]
+    lines = summary_lines(
+        results, run_id=7, status="finished", run_counts={"passed": 5, "crashed": 1}
+    )
+    assert lines[0] == "worst 1 of 1 failures:"
+    assert lines[1].startswith(f"  CRASHED {CASES[1].pytest_id}")
+    assert "convmatrix run 7 [finished]: 5 passed, 1 crashed" in lines
+    assert "  this session: 1 passed, 1 skipped, 1 crashed" in lines
+
+
+WATCHDOG = """
+import sys, time
+from convmatrix.runners.watchdog import Watchdog
+with Watchdog(float(sys.argv[1]), lambda: print("timeout delivered", flush=True)):
+    time.sleep(float(sys.argv[2]))
+print("case finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("limit", "sleep", "status", "out"),
+    [("0.5", "30", EXIT_STATUS, "timeout delivered\n"), ("30", "0.1", 0, "case finished\n")],
+    ids=["hung", "in-time"],
+)
+def test_watchdog_delivers_once_then_ends_the_process(limit, sleep, status, out):
+    done = subprocess.run(
+        [sys.executable, "-c", WATCHDOG, limit, sleep], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (status, out)
