@@ -49,6 +49,7 @@ SUMMARY_COLUMNS = (
 COUNT_COLUMNS = ("run_id", "x_dtype", *(f"n_{o}" for o in OUTCOMES))
 
 Executor = Session | Connection
+_CHUNK = 100  # runs per statement when many are summarised at once (after an upgrade)
 
 
 def _median(values: Any, rank: Any, n: Any) -> Any:
@@ -139,14 +140,14 @@ def summarise_runs(db: Executor, run_ids: Sequence[int]) -> None:
     Runs inside the caller's transaction (the writer's, with its status update), so a reader
     sees either the old summary or the new one, never half of it.
     """
-    ids = sorted(set(run_ids))
-    if not ids:
-        return
-    for model in (RunSummaryRow, RunCountRow):
-        db.execute(delete(model).where(model.run_id.in_(ids)))
-    db.execute(insert(RunSummaryRow).from_select(SUMMARY_COLUMNS, summary_select(ids)))
-    db.execute(insert(RunCountRow).from_select(COUNT_COLUMNS, count_select(ids)))
-    db.execute(update(Run).where(Run.id.in_(ids)).values(summarised_at=utcnow()))
+    ordered = sorted(set(run_ids))
+    for start in range(0, len(ordered), _CHUNK):
+        ids = ordered[start : start + _CHUNK]
+        for model in (RunSummaryRow, RunCountRow):
+            db.execute(delete(model).where(model.run_id.in_(ids)))
+        db.execute(insert(RunSummaryRow).from_select(SUMMARY_COLUMNS, summary_select(ids)))
+        db.execute(insert(RunCountRow).from_select(COUNT_COLUMNS, count_select(ids)))
+        db.execute(update(Run).where(Run.id.in_(ids)).values(summarised_at=utcnow()))
 
 
 def summarise_pending(db: Executor) -> list[int]:
