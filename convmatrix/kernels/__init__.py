@@ -1,5 +1,6 @@
 """Kernels under test, the float64 oracle and the framework path (SPEC.md §2)."""
 
+from convmatrix.kernels.corecall import CoreArgs
 from convmatrix.kernels.protocol import (
     Capabilities,
     ContractError,
@@ -12,6 +13,7 @@ from convmatrix.kernels.registry import KernelSpecError, list_kernels, load
 __all__ = [
     "Capabilities",
     "ContractError",
+    "CoreArgs",
     "Geometry",
     "Kernel",
     "KernelBase",

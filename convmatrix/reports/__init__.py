@@ -10,11 +10,13 @@ from convmatrix.reports.history_view import HistoryView, build_history_view
 from convmatrix.reports.render import render_html, write_report
 from convmatrix.reports.run_view import RunView, build_run_view
 from convmatrix.reports.timing_compare import TimingRule, compare_timings, mann_whitney_u
+from convmatrix.reports.timing_history import HistoryRule, history_regressions
 from convmatrix.reports.viewmodel import RunHeader, run_header
 
 __all__ = [
     "DiffOptions",
     "DiffView",
+    "HistoryRule",
     "HistoryView",
     "RunHeader",
     "RunView",
@@ -23,6 +25,7 @@ __all__ = [
     "build_history_view",
     "build_run_view",
     "compare_timings",
+    "history_regressions",
     "mann_whitney_u",
     "render_html",
     "run_header",
