@@ -20,21 +20,28 @@ from convmatrix.commands.report import DB_HELP, RUN_HELP
 from convmatrix.errors import UsageError
 from convmatrix.reports.diff import FAIL_ON, DiffOptions, DiffView, build_diff, summary_text
 from convmatrix.reports.render import write_report
-from convmatrix.reports.source import earlier_runs, load_run, open_for_reading, previous_run
+from convmatrix.reports.source import (
+    LoadedRun,
+    earlier_runs,
+    load_run,
+    open_for_reading,
+    previous_run,
+)
 from convmatrix.reports.timing_compare import TimingRule
 from convmatrix.reports.timing_history import HistoryRule, TimingHistory, history_regressions
 
 __all__ = ["add_parser", "diff_command", "diff_runs"]
 
 
-def _timing_history(session: Session, head: object, rule: HistoryRule, url: str) -> TimingHistory:
+def _timing_history(
+    session: Session, head: LoadedRun, rule: HistoryRule, url: str
+) -> TimingHistory:
     """HEAD's timings against the runs of its kernel, matrix and device before it."""
-    info, results = head.info, head.results  # type: ignore[attr-defined]
-    lineage = list(reversed(earlier_runs(session, info, rule.window + rule.confirm - 1)))
+    lineage = list(reversed(earlier_runs(session, head.info, rule.window + rule.confirm - 1)))
     runs = [(r.id, {x.case.id: x.timings for x in load_run(session, str(r.id), url).results})
             for r in lineage]  # fmt: skip
-    runs.append((info.id, {x.case.id: x.timings for x in results}))
-    return history_regressions(runs, {x.case.id: x.case.pytest_id for x in results}, rule)
+    runs.append((head.info.id, {x.case.id: x.timings for x in head.results}))
+    return history_regressions(runs, {x.case.id: x.case.pytest_id for x in head.results}, rule)
 
 
 def diff_runs(
