@@ -11,11 +11,15 @@ matrix with the real ``tiled`` kernel runs two of its cases.
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
+from db_fixtures import fake_case, fake_meta
 from runner_helpers import RESOURCES, convmatrix_cmd, results, run, runs
 
+from convmatrix.db import ResultWriter, open_database
 from convmatrix.runners.perfmodel import work_of
+from convmatrix.runners.results import CaseResult, TimingResult
 
 PERF_TINY = RESOURCES / "matrices" / "perf_tiny.matrix.yaml"
 SLOWED = "convmatrix.kernels.slowed:make(base=timing_kernels:Busy,percent=150)"
@@ -123,3 +127,49 @@ def test_builtin_perf_matrix_times_the_tiled_kernel(tmp_path):
         scopes = {t.scope for t in r.timings}
         assert {"kernel", "op", "subgraph"} <= scopes
         assert all(t.efficiency is not None for t in r.timings if t.scope in ("kernel", "op"))
+
+
+def _nightly(url: str, factors: list[float]) -> None:
+    """One stored run per factor: two cases whose op (and framework control) are timed; case
+    0's op is ``factor`` times slower, each sample within 3% of its centre."""
+    rng = random.Random(0)
+
+    def timing(scope: str, centre: float) -> TimingResult:
+        s = sorted(centre * (1 + 0.03 * rng.random()) for _ in range(8))
+        return TimingResult(scope=scope, median_s=s[4], min_s=s[0], iqr_s=0.0, n=8, samples=s)
+
+    engine = open_database(url)
+    for night, factor in enumerate(factors):
+        with ResultWriter(engine) as writer:
+            writer.start_run(fake_meta(label=f"night-{night}"))
+            for i in range(2):
+                times = [timing("op", 1e-3 * (1 + i) * (factor if i == 0 else 1.0)),
+                         timing("framework", 1e-3)]  # fmt: skip
+                writer.add(CaseResult(case=fake_case(i), outcome="passed", timings=times))
+            writer.finish_run()
+    engine.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize(
+    "factors, claimed", [([1] * 5 + [1.5] * 3, 1), ([1] * 5 + [1.5] * 2 + [1], 0)]
+)
+def test_nightly_history_claims_only_a_confirmed_slowdown(db_url, tmp_path, factors, claimed):
+    _nightly(db_url, factors)
+    out = tmp_path / "diff.html"
+    args = ["diff", "--previous", "latest", "--timing-history", "5", "--db", db_url]
+    done = run(convmatrix_cmd(*args, "--out", str(out), "--fail-on", "timing-history"), tmp_path)
+    assert done.returncode == claimed, done.stdout + done.stderr
+    history = json.loads(out.with_suffix(".json").read_text())["timing_history"]
+    assert len(history["regressions"]) == claimed and history["judged"] == 2
+    assert len(history["baseline_runs"]) == 5 and len(history["recent_runs"]) == 3
+    if claimed:
+        assert history["regressions"][0]["case_id"] == fake_case(0).id
+        assert "SLOWER SINCE" in done.stdout
+
+
+def test_timing_history_needs_enough_runs(perf_runs):
+    url, tmp, (first, second, _) = perf_runs
+    args = ["diff", str(first), str(second), "--db", url, "--timing-history", "2"]
+    done = run(convmatrix_cmd(*args), tmp)
+    assert done.returncode == 2 and "--timing-history needs at least 3 runs" in done.stderr
