@@ -21,6 +21,8 @@ from convmatrix.db import ResultWriter, open_database
 from convmatrix.runners.perfmodel import work_of
 from convmatrix.runners.results import CaseResult, TimingResult
 
+pytestmark = pytest.mark.slow  # real convmatrix processes, about 2.5 minutes together
+
 PERF_TINY = RESOURCES / "matrices" / "perf_tiny.matrix.yaml"
 SLOWED = "convmatrix.kernels.slowed:make(base=timing_kernels:Busy,percent=150)"
 
