@@ -66,7 +66,8 @@ def test_run_report_shows_the_scopes_rates_and_sweep_charts(perf_runs):
     view = json.loads((report / f"run-{first}.json").read_text())
     perf = view["performance"]
     assert len(perf["rows"]) == 7 and perf["bandwidth"] and perf["compute"]
-    assert {"kernel", "op", "subgraph", "framework", "memcpy", "op[reset]"} <= set(perf["scopes"])
+    columns = {"kernel", "kernel.bwd", "op", "op[advance]", "op.bwd", "subgraph", "framework"}
+    assert set(perf["scopes"]) == {*columns, "memcpy"}  # update modes folded into their scope
     charts = {(c["kind"], c["title"].split(":")[0]) for c in perf["charts"]}
     # three lengths of fwd_bwd: time vs bytes and backward time vs tiles (T=16: 1, 2, 4 tiles);
     # the forward sweep has only two lengths: no chart

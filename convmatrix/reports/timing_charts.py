@@ -2,7 +2,7 @@
 
 The x positions are the sweep's values in order, evenly spaced: the length sweeps grow
 geometrically, so even spacing reads as a log axis for bytes; the y axis (seconds) is log.
-Each series' legend carries its fitted slope (bytes) or cost per tile (tiles).
+Each series' legend carries its fitted log-log slope (bytes) or cost per extra tile (tiles).
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ def _secs(s: float) -> str:
 
 
 def _legend(s: SweepSeries) -> str:
+    """Short enough for the legend column: the title says what the number is."""
     if s.slope is not None:
-        return f"{s.scope} (slope {s.slope:.2f})"
+        return f"{s.scope} {s.slope:.2f}"
     if s.per_tile_s is not None:
-        return f"{s.scope} ({_secs(s.per_tile_s)}/tile)"
+        return f"{s.scope} +{_secs(s.per_tile_s)}"
     return s.scope
 
 
@@ -49,7 +50,8 @@ def sweep_chart(chart: SweepChart) -> Markup:
             for x, v in zip(chart.x, values, strict=True)
         ]
         series.append(Series(_legend(s), values, dashed=s.scope == "memcpy", tips=tips))
-    return line_chart(chart.title, labels, series, log_y=True)
+    key = "legend: log-log slope" if chart.kind == "bytes" else "+ per tile"
+    return line_chart(f"{chart.title} ({key})", labels, series, log_y=True)
 
 
 def timing_charts(summary: TimingSummary | None) -> list[Markup]:

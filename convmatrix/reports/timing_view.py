@@ -82,7 +82,7 @@ class TimingSummary:
     bandwidth: list[float] = field(default_factory=list)  # B/s per distinct calibration
     compute: list[float] = field(default_factory=list)  # flop/s, element-wise FMA
     dense: list[float] = field(default_factory=list)  # flop/s, fp32 GEMM (subgraph bounds)
-    scopes: list[str] = field(default_factory=list)  # column order
+    scopes: list[str] = field(default_factory=list)  # columns: scopes, ``op[advance]``
     rows: list[ScopeRow] = field(default_factory=list)
     charts: list[SweepChart] = field(default_factory=list)
 
@@ -95,17 +95,29 @@ def _first(by: Mapping[str, float], *keys: str) -> float | None:
     return next((by[k] for k in keys if k in by), None)
 
 
+def _column(t: TimingResult) -> str | None:
+    """The side-by-side column of a timing: a scope's main mode (none, ``reset``; the
+    subgraph's ``advance``) under the scope's name, the op's ``advance`` apart; the framework's
+    second mode only in the full table (None)."""
+    if t.scope in _RATES:
+        return None
+    if t.mode in (None, "reset") or t.scope == "subgraph":
+        return t.scope
+    return scope_key(t) if not t.scope.startswith("framework") else None
+
+
 def _row(result: CaseResult) -> ScopeRow:
-    medians = {scope_key(t): t.median_s for t in result.timings if t.scope not in _RATES}
-    op = _first(medians, "op", "op[reset]")
+    cells = [(_column(t), t) for t in result.timings]
+    medians = {c: t.median_s for c, t in cells if c is not None}
+    op = medians.get("op")
     return ScopeRow(
         case_id=result.case.id,
         name=result.case.pytest_id,
         suite=result.case.suite,
         median_s=medians,
-        efficiency={scope_key(t): t.efficiency for t in result.timings if t.scope not in _RATES},
-        op_vs_kernel=_ratio(op, _first(medians, "kernel", "kernel[reset]")),
-        op_vs_framework=_ratio(op, _first(medians, "framework", "framework[reset]")),
+        efficiency={c: t.efficiency for c, t in cells if c is not None},
+        op_vs_kernel=_ratio(op, _first(medians, "kernel", "kernel~op")),
+        op_vs_framework=_ratio(op, medians.get("framework")),
         op_vs_memcpy=_ratio(op, medians.get("memcpy")),
     )
 
@@ -182,7 +194,7 @@ def _charts(results: Sequence[CaseResult], tile: int | None) -> list[SweepChart]
         series = _series(group, _TILE_SCOPES, lambda r, t: _tiles(r, tile), log=False)
         if series:
             xs = sorted({x for s in series for x in s.x})
-            what = f"time tiles (T={tile})" if tile else "length (no tile declared)"
+            what = f"tiles (T={tile})" if tile else "length (no tile)"
             charts.append(SweepChart("tiles", f"{label}: backward time vs {what}", what, xs,
                                      series))  # fmt: skip
     return charts
@@ -209,7 +221,7 @@ def build_timing_summary(
     if not timed:
         return None
     bandwidth, compute, dense = _rates(timed)
-    seen = {scope_key(t) for r in timed for t in r.timings if t.scope not in _RATES}
+    seen = {c for r in timed for c in map(_column, r.timings) if c is not None}
     order = {s: i for i, s in enumerate(_ORDER)}
     scopes = sorted(seen, key=lambda k: (order.get(k.split("[")[0], 99), k))
     tile = (geometry or {}).get("tile")
