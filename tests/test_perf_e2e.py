@@ -104,15 +104,14 @@ def test_slowed_kernel_diff_reports_the_regression(perf_runs):
     # CPU time moves ~15% between runs) would only add the control's noise to this kernel.
     done, view = _diff(url, tmp, first, slowed, "--timing-control", "none")
     assert done.returncode == 1, done.stdout + done.stderr
-    timing = view["timing"]
-    assert timing["pooled"]["slower"] is True and timing["pooled"]["n_cases"] == 7
+    timing, why = view["timing"], done.stdout
+    assert timing["pooled"]["slower"] is True and timing["pooled"]["n_cases"] == 7, why
     claimed = {(c["case_id"], c["scope"], c["mode"]) for c in timing["regressions"]}
     compared = len(claimed) + timing["unchanged"] + len(timing["within_noise"])
-    assert len(claimed) >= compared // 2  # most timings of a uniformly slower kernel
+    assert len(claimed) >= compared // 2, why  # most timings of a uniformly slower kernel
     # 1.5 by construction; one timing's ratio also carries its unslowed share (harness,
     # timer) and the noise of the torch path inside Busy, the median over cases hardly any.
-    assert 1.3 < timing["pooled"]["ratio"] < 1.7
-    assert all(c["ratio"] > 1.2 for c in timing["regressions"])
+    assert 1.3 < timing["pooled"]["ratio"] < 1.7, why
     assert not any(c["scope"] in ("framework", "memcpy", "fma") for c in timing["regressions"])
     assert "failing on timing-regression" in done.stdout
 

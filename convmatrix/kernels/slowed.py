@@ -30,27 +30,45 @@ from convmatrix.kernels.protocol import KernelBase
 __all__ = ["SlowedKernel", "make", "now", "spend"]
 
 
-def _process_clock() -> bool:
+def _process_clock(device: torch.device | None) -> bool:
+    """CPU work under the process clock; device work (events time it) by the wall clock."""
+    if device is not None and device.type != "cpu":
+        return False
     from convmatrix.runners.devices import cpu_clock
 
     return cpu_clock() == "process"
 
 
-def now() -> float:
-    """The timing clock's reading: process CPU time or wall time (see ``spend``)."""
-    return time.process_time() if _process_clock() else time.perf_counter()
+def now(device: torch.device | None = None) -> float:
+    """The timing clock's reading: process CPU time, or wall time after waiting for the
+    device's queued work (a device's events time the device, which the host must wait for)."""
+    if _process_clock(device):
+        return time.process_time()
+    if device is not None and device.type != "cpu":
+        from convmatrix.runners.devices import synchronize
+
+        synchronize(device)
+    return time.perf_counter()
 
 
-def spend(seconds: float) -> None:
-    """Take ``seconds`` more of the timing clock: spin on the process clock, sleep on wall."""
+def spend(seconds: float, device: torch.device | None = None) -> None:
+    """Take ``seconds`` more of the timing clock: spin on the process clock, sleep otherwise
+    (a device's end event is recorded after the sleep, so its timing includes it)."""
     if seconds <= 0:
         return
-    if not _process_clock():
+    if not _process_clock(device):
         time.sleep(seconds)
         return
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
+
+
+def _device_of(*values: Any) -> torch.device | None:
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return v.device
+    return None
 
 
 class _Clock:
@@ -69,7 +87,7 @@ class _Mark(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         if ctx.clock.start is None:
-            ctx.clock.start = now()
+            ctx.clock.start = now(grad.device)
         return None, grad
 
 
@@ -83,7 +101,7 @@ class _Spend(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         clock = ctx.clock
         if clock.start is not None:
-            spend((ctx.factor - 1) * (now() - clock.start))
+            spend((ctx.factor - 1) * (now(grad.device) - clock.start), grad.device)
             clock.start = None  # the other inputs of this call do not spend again
         return None, None, grad
 
@@ -98,10 +116,11 @@ class SlowedKernel(KernelBase):
         self.name = f"{base.name} (x{factor:g} slowed)"
         self.capabilities = base.capabilities
 
-    def _slow(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        start = now()
+    def _slow(self, fn: Any, *args: Any, device: torch.device | None = None, **kwargs: Any) -> Any:
+        device = device or _device_of(*args, *kwargs.values())
+        start = now(device)
         out = fn(*args, **kwargs)
-        spend((self.factor - 1) * (now() - start))
+        spend((self.factor - 1) * (now(device) - start), device)
         return out
 
     def forward(self, x, weight, bias=None, **kwargs):  # type: ignore[override]
@@ -129,7 +148,7 @@ class SlowedKernel(KernelBase):
     def core_call(self, args: CoreArgs) -> CoreCall | None:
         hook = core_call_of(self.base)
         inner = None if hook is None else hook(args)
-        return None if inner is None else (lambda: self._slow(inner))
+        return None if inner is None else (lambda: self._slow(inner, device=args.x.device))
 
     def availability(self) -> str | None:
         return self.base.availability()
