@@ -12,12 +12,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Engine, and_, case, func, or_, select
+from sqlalchemy import Engine, and_, or_, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from convmatrix.db import RunInfo, default_url, load_results, open_database, resolve_run
-from convmatrix.db.models import CaseRow, Run
+from convmatrix.db import (
+    RunInfo,
+    case_counts,
+    default_url,
+    load_results,
+    open_database,
+    resolve_run,
+)
+from convmatrix.db.models import Run
 from convmatrix.errors import UsageError
 from convmatrix.reports.viewmodel import BAD_OUTCOMES, RunHeader, run_header
 from convmatrix.runners.results import CaseResult
@@ -98,14 +105,13 @@ def run_case_counts(
 ) -> dict[int, tuple[int, int, int]]:
     """run id -> (cases, passed, bad) among the run's cases with input dtype ``dtype``.
 
-    One GROUP BY restricted to the given runs, so it walks the (run_id, case_id) index."""
-    if not run_ids:
-        return {}
-    bad = func.sum(case((CaseRow.outcome.in_(sorted(BAD_OUTCOMES)), 1), else_=0))
-    passed = func.sum(case((CaseRow.outcome == "passed", 1), else_=0))
-    rows = session.execute(
-        select(CaseRow.run_id, func.count(), passed, bad)
-        .where(CaseRow.run_id.in_(list(run_ids)), CaseRow.x_dtype == dtype)
-        .group_by(CaseRow.run_id)
-    )
-    return {r[0]: (int(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows}
+    Read from the per-run count summaries (live only for runs still writing)."""
+    counts = case_counts(session, dtype, list(run_ids))
+    return {
+        run: (
+            sum(c.values()),
+            c.get("passed", 0),
+            sum(n for outcome, n in c.items() if outcome in BAD_OUTCOMES),
+        )
+        for run, c in counts.items()
+    }
