@@ -11,7 +11,8 @@ import argparse
 import json
 import os
 import sys
-from typing import TextIO
+from dataclasses import asdict
+from typing import Any, TextIO
 
 from convmatrix.errors import UsageError
 from convmatrix.matrix import Coverage, Expansion, coverage, load_matrix
@@ -71,38 +72,18 @@ def render_coverage(cov: Coverage, out: TextIO) -> None:
     )
 
 
+def _record(kind: str, item: Any, *derived: str) -> str:
+    """One coverage item as a JSON line: its fields plus the named derived properties."""
+    return json.dumps({"kind": kind, **asdict(item), **{d: getattr(item, d) for d in derived}})
+
+
 def _coverage_jsonl(cov: Coverage, out: TextIO) -> None:
     for item in cov.spec:
-        record = {
-            "kind": "spec",
-            "row": item.row,
-            "value": item.value,
-            "cases": item.cases,
-            "applicable": item.applicable,
-            "covered": item.covered,
-        }
-        print(json.dumps(record), file=out)
+        print(_record("spec", item, "covered"), file=out)
     for v in cov.values:
-        record = {
-            "kind": "value",
-            "suite": v.suite,
-            "dim": v.dim,
-            "value": v.value,
-            "cases": v.cases,
-            "covered": v.covered,
-        }
-        print(json.dumps(record), file=out)
+        print(_record("value", v, "covered"), file=out)
     for p in cov.pairs:
-        record = {
-            "kind": "pair",
-            "suite": p.suite,
-            "dims": list(p.dims),
-            "covered": p.covered,
-            "valid": p.valid,
-            "missing": [list(m) for m in p.missing],
-            "complete": p.complete,
-        }
-        print(json.dumps(record), file=out)
+        print(_record("pair", p, "complete"), file=out)
 
 
 def expand_command(
