@@ -32,7 +32,7 @@ from convmatrix.kernels.registry import load
 from convmatrix.runners.execute import build_inputs
 from convmatrix.runners.invoke import kernel_outputs, reference_outputs
 from convmatrix.runners.metrics import error_metrics
-from convmatrix.runners.plan import load_plan
+from convmatrix.runners.workload import load_workload
 
 HERE = Path(__file__).resolve().parent
 TARGET = 1.15
@@ -42,7 +42,7 @@ def bare_loop(matrix: str, kernel_spec: str) -> tuple[float, int]:
     """(seconds, cases) for the kernel, reference, torch-path and metric calls of every case."""
     kernel = load(kernel_spec)
     framework = TorchKernel()
-    cases = load_plan(matrix, kernel).cases
+    cases = load_workload(matrix, kernel).cases
     cpu = torch.device("cpu")
     start = time.perf_counter()
     for case in cases:
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1])
     args = parser.parse_args()
-    first = load_plan(args.matrix, load(args.kernel)).cases[0].id
+    first = load_workload(args.matrix, load(args.kernel)).cases[0].id
     bare: list[float] = []
     whole = {n: [] for n in args.workers}
     fixed = {n: [] for n in args.workers}

@@ -30,8 +30,8 @@ import time
 from dataclasses import replace
 
 from convmatrix.db import Session, list_runs, load_results, open_database
-from convmatrix.reports.timing_compare import TimingRule, compare_timings
-from convmatrix.reports.timing_history import HistoryRule, history_regressions
+from convmatrix.runners.timing.compare import TimingRule, compare_timings
+from convmatrix.runners.timing.history import HistoryRule, history_regressions
 
 Timings = dict[str, list]
 

@@ -2,18 +2,39 @@
 
 Data flow: matrix file → cases (``convmatrix.matrix``) → tensors on a device and kernel vs
 float64 reference (``convmatrix.runners``, ``convmatrix.kernels``) → metrics → database
-(``convmatrix.db``) → reports (``convmatrix.reports``).
+(``convmatrix.db``) → reports (``convmatrix.reports``); the records and rules they share are
+``convmatrix.core``. ``docs/architecture.md`` walks one case through all of them.
+
+The public names below are imported on first use (PEP 562), so ``import convmatrix`` and the
+``convmatrix`` command stay fast and import torch only when a command needs tensors.
 """
 
-from convmatrix.kernels import Capabilities, ContractError, Geometry, Kernel, KernelBase, load
+from __future__ import annotations
 
-__version__ = "0.1.0"
+from convmatrix.core import __version__
+from convmatrix.core.lazy import lazy_attributes
+
 __all__ = [
     "Capabilities",
     "ContractError",
     "Geometry",
     "Kernel",
     "KernelBase",
+    "RunSummary",
     "__version__",
     "load",
+    "run",
 ]
+
+_LAZY = {
+    "Capabilities": "convmatrix.core.contract",
+    "ContractError": "convmatrix.core.contract",
+    "Geometry": "convmatrix.core.contract",
+    "Kernel": "convmatrix.kernels.protocol",
+    "KernelBase": "convmatrix.kernels.protocol",
+    "RunSummary": "convmatrix.runners.summary",
+    "load": "convmatrix.kernels.registry",
+    "run": "convmatrix.api",
+}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)

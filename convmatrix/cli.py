@@ -1,9 +1,11 @@
 """The ``convmatrix`` command: one module per subcommand under ``convmatrix.commands``.
 
-Each command module exposes ``add_parser(subparsers)``, which registers a parser whose
-``handler`` default takes the parsed namespace and returns the exit status. The modules are
-listed here explicitly, in workflow order. Exit status: 0 all passed, 1 failures,
-2 usage or configuration errors (SPEC.md §6).
+The commands are listed here, in workflow order, with the line ``convmatrix --help`` shows.
+Each module exposes ``add_arguments(parser)``, which defines its arguments and a ``handler``
+default that takes the parsed namespace and returns the exit status. Only the chosen
+command's module is imported: ``convmatrix --help`` imports none, ``convmatrix history``
+never imports torch (benchmarks/bench_startup.py measures it). Exit status: 0 all passed,
+1 failures, 2 usage or configuration errors (docs/spec.md §6).
 """
 
 from __future__ import annotations
@@ -13,37 +15,48 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from convmatrix.errors import ConvmatrixError
+from convmatrix.core.errors import ConvmatrixError
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = (
-    "selfcheck",
-    "kernels",
-    "devices",
-    "plan",
-    "expand",
-    "run",
-    "report",
-    "diff",
-    "history",
-    "db",
-)
+COMMANDS = {
+    "selfcheck": "check the float64 reference against itself",
+    "kernels": "list registered kernels and their availability",
+    "devices": "list cpu/cuda/mlu devices and what a run would use",
+    "plan": "rank tile sizes for an on-chip memory budget",
+    "expand": "list the cases a matrix yields for a kernel",
+    "run": "run a matrix against a kernel and record the results",
+    "report": "write the HTML report of one run",
+    "diff": "compare two runs (two kernel commits) case by case",
+    "history": "error history of one dtype over the runs",
+    "db": "create or upgrade the results database's schema",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command listed and ``command``'s arguments defined (its module
+    imported); without one, just the list (what ``--help`` and a typo need)."""
     parser = argparse.ArgumentParser(
         prog="convmatrix",
         description="Test matrix and regression service for causal depthwise conv1d kernels.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        importlib.import_module(f"convmatrix.commands.{name}").add_parser(sub)
+    for name, summary in COMMANDS.items():
+        child = sub.add_parser(name, help=summary)
+        if name == command:
+            importlib.import_module(f"convmatrix.commands.{name}").add_arguments(child)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv``: its first word (the top level takes no other)."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_command(argv)).parse_args(argv)
     try:
         return int(args.handler(args))
     except ConvmatrixError as exc:

@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import Engine, create_engine, pool
 from sqlalchemy.engine import make_url
 
-from convmatrix.db import RunMeta, open_database
-from convmatrix.matrix.case import Case
-from convmatrix.runners.results import CaseResult, OutputMetrics, PropertyResult, TimingResult
+from convmatrix.core.case import Case
+from convmatrix.core.records import CaseResult, OutputMetrics, PropertyResult, RunMeta, TimingResult
+from convmatrix.db import open_database
 
 PG_ENV = "CONVMATRIX_TEST_PG_URL"
 

@@ -16,10 +16,10 @@ from functools import cache
 
 from sqlalchemy import Engine
 
-from convmatrix.db import ResultWriter, RunMeta
-from convmatrix.matrix.case import Case
-from convmatrix.matrix.tolerances import Tolerances
-from convmatrix.runners.results import CaseResult, OutputMetrics, TimingResult
+from convmatrix.core.case import Case
+from convmatrix.core.records import CaseResult, OutputMetrics, RunMeta, TimingResult
+from convmatrix.core.tolerances import Tolerances
+from convmatrix.db import ResultWriter
 
 UNIT = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 GEOMETRY = {"time_tile": 64, "channel_tile": 32, "vector_width": 8, "partial_groups": None}

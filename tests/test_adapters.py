@@ -18,6 +18,7 @@ import pytest
 import torch
 from test_tiled import _seq_idx, assert_matches, channel_last, make_problem
 
+from convmatrix.core.case import Case
 from convmatrix.kernels import ContractError, list_kernels, load
 from convmatrix.kernels.dao import DaoKernel, _state_layout, dao_contract
 from convmatrix.kernels.mlu_fla import MluFlaKernel
@@ -25,7 +26,6 @@ from convmatrix.kernels.mlu_ops import MluOps
 from convmatrix.kernels.mlu_standin import STANDIN_OPS, causal_conv1d, causal_conv1d_fn
 from convmatrix.kernels.mlu_vllm import MluVllmKernel
 from convmatrix.kernels.reference import ReferenceKernel, reference_forward
-from convmatrix.matrix.case import Case
 
 # -- availability -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import pytest
 from db_fixtures import fake_meta, fake_result
 from sqlalchemy import update
 
+from convmatrix.core.errors import UsageError
 from convmatrix.db import (
     ResultWriter,
     Session,
@@ -22,7 +23,6 @@ from convmatrix.db import (
     resolve_run,
 )
 from convmatrix.db.models import Run
-from convmatrix.errors import UsageError
 
 
 def _write(engine, results, **meta) -> int:
@@ -140,17 +140,17 @@ def test_history_matches_numbers_computed_from_the_inserted_data(db_engine):
     assert [p.output for p in points[:3]] == ["y", "dx", "dw"]  # in OUTPUTS order
     for p in points:
         want = expected[p.run_id, p.output]
-        assert (p.cases, p.passed, p.worst_case_id) == (
+        assert (p.stats.cases, p.stats.passed, p.stats.worst_case_id) == (
             want["cases"],
             want["passed"],
             want["worst_case_id"],
         )
-        assert p.pass_rate == want["passed"] / want["cases"]
+        assert p.stats.pass_rate == want["passed"] / want["cases"]
         for key in ("worst_rel", "median_rel", "worst_norm", "median_norm"):
             # The database averages the two middle doubles just as statistics.median does;
             # 1e-12 relative only allows for a different summation order.
-            assert getattr(p, key) == pytest.approx(want[key], rel=1e-12), key
-    assert any(math.isinf(p.worst_rel) for p in points)  # the NaN counted as the worst
+            assert getattr(p.stats, key) == pytest.approx(want[key], rel=1e-12), key
+    assert any(math.isinf(p.stats.worst_rel) for p in points)  # the NaN counted as the worst
     torch_runs = [rid for rid in runs_data if rid != max(runs_data)]
     assert [(p.run_id, p.output) for p in only_torch] == [(r, "dx") for r in torch_runs]
 

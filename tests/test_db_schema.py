@@ -8,6 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from convmatrix.cli import main
+from convmatrix.core.errors import ConvmatrixError, UsageError
 from convmatrix.db import (
     current_revision,
     ensure_schema,
@@ -17,7 +18,6 @@ from convmatrix.db import (
     redact_url,
 )
 from convmatrix.db.models import Base
-from convmatrix.errors import ConvmatrixError, UsageError
 
 TABLES = {"runs", "cases", "metrics", "properties", "timings", "alembic_version"}
 TABLES |= {"run_summaries", "run_counts"}  # 0002: history summaries per run

@@ -22,6 +22,7 @@ from db_fixtures import fake_meta, fake_result
 from sqlalchemy import event, func, inspect, select, update
 from test_db_queries import _expected_history, _write
 
+from convmatrix.core.records import OUTCOMES
 from convmatrix.db import (
     ResultWriter,
     Session,
@@ -35,7 +36,6 @@ from convmatrix.db import (
 from convmatrix.db.engine import write_connection
 from convmatrix.db.migrate import alembic_config
 from convmatrix.db.models import CaseRow, Run, RunSummaryRow
-from convmatrix.runners.results import OUTCOMES
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -74,7 +74,7 @@ def _check_against_records(session, runs_data) -> None:
         assert len(points) == len(expected)  # no run both stored and live
         for p in points:
             want = expected[p.run_id, p.output]
-            assert (p.cases, p.passed, p.worst_case_id) == (
+            assert (p.stats.cases, p.stats.passed, p.stats.worst_case_id) == (
                 want["cases"],
                 want["passed"],
                 want["worst_case_id"],
@@ -82,7 +82,7 @@ def _check_against_records(session, runs_data) -> None:
             for key in ("worst_rel", "median_rel", "worst_norm", "median_norm"):
                 # Medians average two doubles in SQL as statistics.median does; 1e-12
                 # relative only allows for a different summation order.
-                assert getattr(p, key) == pytest.approx(want[key], rel=1e-12), key
+                assert getattr(p.stats, key) == pytest.approx(want[key], rel=1e-12), key
         assert case_counts(session, dtype, list(runs_data)) == _expected_counts(runs_data, dtype)
 
 

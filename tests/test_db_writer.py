@@ -12,10 +12,10 @@ import pytest
 from db_fixtures import fake_meta, fake_result, same_float
 from sqlalchemy import event, func, select
 
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import OutputMetrics
 from convmatrix.db import ResultWriter, Session, load_results, open_database, resolve_run
 from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, Run, TimingRow
-from convmatrix.errors import UsageError
-from convmatrix.runners.results import OutputMetrics
 
 
 def _count(engine, model, run_id: int) -> int:

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from convmatrix.cli import main
-from convmatrix.errors import UsageError
-from convmatrix.runners import devices
+from convmatrix.core import devices
+from convmatrix.core.errors import UsageError
 
 
 def test_cpu_is_always_available_and_accelerators_say_why_not():

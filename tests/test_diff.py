@@ -12,9 +12,9 @@ from reports_support import synthetic_results, tile_plus_one_channel_last, write
 from test_report_view import header
 
 from convmatrix.cli import main
+from convmatrix.core.records import CaseResult
 from convmatrix.db import open_database
 from convmatrix.reports.diff import DiffOptions, build_diff, default_floor, growth
-from convmatrix.runners.results import CaseResult
 
 
 def _three_runs(url: str, engine):

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from convmatrix.reports.timing_compare import TimingRule, compare_timings, mann_whitney_u
-from convmatrix.runners.results import TimingResult
+from convmatrix.core.records import TimingResult
+from convmatrix.runners.timing.compare import TimingRule, compare_timings, mann_whitney_u
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

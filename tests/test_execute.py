@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from convmatrix.core.case import Case
 from convmatrix.kernels.framework import TorchKernel
 from convmatrix.kernels.reference import ReferenceKernel
-from convmatrix.matrix.case import Case
 from convmatrix.runners.execute import Context, run_case
 
 sys.path.insert(0, str(Path(__file__).parent / "resources" / "kernels"))

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from convmatrix.core.case import Case
 from convmatrix.kernels.reference import conv_forward
-from convmatrix.matrix.case import Case
 from convmatrix.runners.inputs import (
     GUARD,
     build_forward,

@@ -1,4 +1,4 @@
-"""The shipped matrices and the properties every expansion must have: coverage of SPEC.md §3,
+"""The shipped matrices and the properties every expansion must have: coverage of docs/spec.md §3,
 unique and stable ids, identical expansion in every process, kernel-classified errors."""
 
 from __future__ import annotations

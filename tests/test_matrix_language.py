@@ -120,7 +120,7 @@ def test_update_fields_and_contract_classification():
         short = case.state_len < case.width - 1
         assert (case.expect == "error") == short
         if short:
-            # classified by SPEC.md §2, identity of the plain case kept
+            # classified by docs/spec.md §2, identity of the plain case kept
             assert "state_len" in case.expect_reason
             plain = dataclasses.replace(case, expect="ok", expect_reason=None, id="")
             assert case.id == plain.id

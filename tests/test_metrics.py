@@ -1,4 +1,4 @@
-"""Error metrics (SPEC.md §4) on hand-computed values, and the verdict builder's rules."""
+"""Error metrics (docs/spec.md §4) on hand-computed values, and the verdict builder's rules."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
-from convmatrix.matrix.case import Case
-from convmatrix.matrix.tolerances import Policy, Tolerance, Tolerances
-from convmatrix.runners.metrics import ErrorMetrics, error_metrics, rms
-from convmatrix.runners.results import CaseResult, PropertyResult
-from convmatrix.runners.verdict import describe, judge_output, row_dtype, severity
+from convmatrix.core.case import Case
+from convmatrix.core.records import CaseResult, ErrorMetrics, PropertyResult
+from convmatrix.core.tolerances import Policy, Tolerance, Tolerances
+from convmatrix.core.verdict import case_severity as severity
+from convmatrix.core.verdict import describe, judge_output, row_dtype
+from convmatrix.runners.metrics import error_metrics, rms
 
 F64 = torch.float64
 
@@ -134,7 +135,9 @@ def test_describe_names_every_failing_output_where_and_what_was_allowed():
     assert lines[2].startswith("  F: e_rel 0.0009 (allowed 0.001), e_norm 0.0005 (allowed 0.0001)")
     assert lines[3] == "  guards: x: 1 element(s) modified"
     assert len(lines) == 4  # dx passed: not listed
-    assert severity(result) == pytest.approx(2.0)
+    # The worst failing output's distance past its limits, on e_rel or e_norm: F's e_norm
+    # is 5x its limit (the report and the terminal order failures by this one number).
+    assert severity(result) == pytest.approx(5.0)
     assert severity(CaseResult(case, "crashed")) == math.inf
 
 

@@ -17,9 +17,9 @@ import pytest
 from db_fixtures import fake_case, fake_meta
 from runner_helpers import RESOURCES, convmatrix_cmd, results, run, runs
 
+from convmatrix.core.records import CaseResult, TimingResult
 from convmatrix.db import ResultWriter, open_database
-from convmatrix.runners.perfmodel import work_of
-from convmatrix.runners.results import CaseResult, TimingResult
+from convmatrix.runners.timing.perfmodel import work_of
 
 pytestmark = pytest.mark.slow  # real convmatrix processes, about 2.5 minutes together
 

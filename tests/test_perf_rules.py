@@ -14,10 +14,10 @@ import random
 
 import pytest
 
-from convmatrix.reports.timing_compare import TimingRule, compare_timings
-from convmatrix.reports.timing_history import HistoryRule, history_regressions
-from convmatrix.reports.timing_pooled import signed_rank_test
-from convmatrix.runners.results import TimingResult
+from convmatrix.core.records import TimingResult
+from convmatrix.runners.timing.compare import TimingRule, compare_timings
+from convmatrix.runners.timing.history import HistoryRule, history_regressions
+from convmatrix.runners.timing.pooled import signed_rank_test
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

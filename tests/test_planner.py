@@ -1,4 +1,4 @@
-"""The tile planner's numbers against hand counts of the seed's formulas (SPEC.md §5).
+"""The tile planner's numbers against hand counts of the seed's formulas (docs/spec.md §5).
 
 Running example: K=4, x bfloat16 (s_x=2), w float32 (s_w=4), T=64, C_t=32.
 Integers throughout, so every comparison is exact.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from convmatrix.cli import main
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 from convmatrix.kernels.planner import (
     backward_buffers,
     forward_buffers,

@@ -1,5 +1,5 @@
 """The plugin's parts that need no pytest session: worker placement, case selection, the
-recorder's once-per-case rule, the summary, and the watchdog (in a child process, since it
+controller's once-per-case rule, the summary, and the watchdog (in a child process, since it
 ends its process on purpose)."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import sys
 
 import pytest
 
-from convmatrix.db import RunMeta
-from convmatrix.errors import UsageError
-from convmatrix.matrix.case import Case
-from convmatrix.runners.plan import select_cases
+from convmatrix.core.case import Case
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import CaseResult, RunMeta
+from convmatrix.runners.controller import Controller
 from convmatrix.runners.plugin import place_worker
-from convmatrix.runners.recorder import Recorder
-from convmatrix.runners.results import CaseResult
-from convmatrix.runners.summary import summary_lines
+from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.summary import RunSummary, worst_failures
 from convmatrix.runners.watchdog import EXIT_STATUS
+from convmatrix.runners.workload import select_cases
 
 
 def test_cuda_workers_own_device_n_mod_count_and_see_it_as_zero():
@@ -52,15 +52,19 @@ def test_case_selection_by_id_prefix_or_pytest_id_minus_done():
 
 
 def test_a_case_is_recorded_once_a_timeout_beats_the_crash_report_after_it():
-    recorder = Recorder(None, RunMeta(kernel="k", matrix="m", matrix_hash="h"), enabled=False)
     hung, other = CASES[0], CASES[1]
-    assert recorder.record(CaseResult(hung, "timeout", worker="gw1"))
-    assert not recorder.crashed(hung, "gw1", "worker 'gw1' crashed")
-    assert recorder.tally.results[hung.id].outcome == "timeout"
-    assert recorder.tally.crashed_workers["gw1"] == 1  # the worker did die and was replaced
-    assert recorder.crashed(other, "gw2", "worker 'gw2' crashed")
-    assert recorder.finish({hung.id, other.id, CASES[2].id}, interrupted=False) == "interrupted"
-    assert not recorder.record(CaseResult(CASES[2], "passed"))  # the run is closed
+    planned = {hung.id, other.id, CASES[2].id}
+    meta = RunMeta(kernel="k", matrix="m", matrix_hash="h")
+    controller = Controller(MemoryStore(), meta, planned, resume=None)
+    assert controller.record(CaseResult(hung, "timeout", worker="gw1"))
+    assert not controller.crashed(hung, "gw1", "worker 'gw1' crashed")
+    assert controller.results[hung.id].outcome == "timeout"
+    assert controller.crashed_workers["gw1"] == 1  # the worker did die and was replaced
+    assert controller.crashed(other, "gw2", "worker 'gw2' crashed")
+    summary = controller.finish(interrupted=False)
+    assert summary.status == "interrupted"  # CASES[2] never reported
+    assert summary.exit_code == 1 and summary.crashed_workers == 2
+    assert not controller.record(CaseResult(CASES[2], "passed"))  # the run is closed
 
 
 def test_summary_counts_worst_failures_first_and_names_the_run():
@@ -69,9 +73,15 @@ def test_summary_counts_worst_failures_first_and_names_the_run():
         CaseResult(CASES[1], "crashed", message="the worker died"),
         CaseResult(CASES[2], "skipped", message="no backward"),
     ]
-    lines = summary_lines(
-        results, run_id=7, status="finished", run_counts={"passed": 5, "crashed": 1}
+    summary = RunSummary(
+        run_id=7,
+        status="finished",
+        counts={"passed": 5, "crashed": 1},
+        session={"passed": 1, "skipped": 1, "crashed": 1},
+        planned=3,
+        worst=worst_failures(results),
     )
+    lines = summary.lines()
     assert lines[0] == "worst 1 of 1 failures:"
     assert lines[1].startswith(f"  CRASHED {CASES[1].pytest_id}")
     assert "convmatrix run 7 [finished]: 5 passed, 1 crashed" in lines

@@ -11,7 +11,8 @@ from reports_support import XSS, synthetic_results, tile_plus_one_channel_last, 
 from sqlalchemy.engine import make_url
 
 from convmatrix.cli import main
-from convmatrix.db import ResultWriter, RunMeta, open_database
+from convmatrix.core.records import RunMeta
+from convmatrix.db import ResultWriter, open_database
 
 
 def _two_runs(engine):

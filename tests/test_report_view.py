@@ -16,12 +16,14 @@ import re
 import pytest
 from reports_support import GEOMETRY, XSS, synthetic_results, tile_plus_one_channel_last
 
-from convmatrix.matrix.case import Case
+from convmatrix.core.case import Case
+from convmatrix.core.records import OutputMetrics
+from convmatrix.core.verdict import output_severity as severity
+from convmatrix.core.verdict import worst
 from convmatrix.reports.dimensions import length_class, length_order
 from convmatrix.reports.render import fmt_num, render_html, write_report
 from convmatrix.reports.run_view import build_run_view
-from convmatrix.reports.viewmodel import RunHeader, severity, to_jsonable, worst
-from convmatrix.runners.results import OutputMetrics
+from convmatrix.reports.viewmodel import RunHeader, to_jsonable
 
 
 def header(**overrides) -> RunHeader:

@@ -11,22 +11,22 @@ from __future__ import annotations
 import pytest
 import torch
 
+from convmatrix.core.case import Case
 from convmatrix.kernels.corecall import CoreArgs
 from convmatrix.kernels.framework import TorchKernel
 from convmatrix.kernels.protocol import KernelBase
 from convmatrix.kernels.reference import ReferenceKernel
 from convmatrix.kernels.tiled import TiledKernel
-from convmatrix.matrix.case import Case
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.inputs import build_forward, build_update
-from convmatrix.runners.perfmodel import backward_work, work_of
-from convmatrix.runners.scopes import kernel_scopes, op_scopes
-from convmatrix.runners.subgraph import block_work, d_model, subgraph_scope
-from convmatrix.runners.timed import measure_interleaved, time_case
-from convmatrix.runners.timing import TimingPlan
+from convmatrix.runners.timing.cases import measure_interleaved, time_case
+from convmatrix.runners.timing.measure import Sampling
+from convmatrix.runners.timing.perfmodel import backward_work, work_of
+from convmatrix.runners.timing.scopes import kernel_scopes, op_scopes
+from convmatrix.runners.timing.subgraph import block_work, d_model, subgraph_scope
 
 KERNELS = [TorchKernel(), ReferenceKernel(), TiledKernel(T=16, C_t=8, vec=4, P=2)]
-ONE = TimingPlan(warmup_min=1, warmup_max=1, repeats_min=2, repeats_max=2, budget_s=0.0)
+ONE = Sampling(warmup_min=1, warmup_max=1, repeats_min=2, repeats_max=2, budget_s=0.0)
 
 
 def _case(**kw) -> Case:
@@ -195,13 +195,13 @@ def test_block_work_hand_checked():
 
 
 def test_interleaved_rounds_alternate_and_satisfied_items_drop_out():
-    from convmatrix.runners.perfmodel import Work
-    from convmatrix.runners.scopes import Timed
+    from convmatrix.runners.timing.perfmodel import Work
+    from convmatrix.runners.timing.scopes import Timed
 
     log: list[str] = []
     items = [Timed(name, (lambda n=name: log.append(n)), Work(0, 0)) for name in "ab"]
-    plan = TimingPlan(warmup_min=1, warmup_max=1, repeats_min=3, repeats_max=3, budget_s=0.0)
-    results = measure_interleaved(items, torch.device("cpu"), plan)
+    sampling = Sampling(warmup_min=1, warmup_max=1, repeats_min=3, repeats_max=3, budget_s=0.0)
+    results = measure_interleaved(items, torch.device("cpu"), sampling)
     # warm-up: a's cold call and one warm call, then b's; then three rounds a, b
     assert log == ["a", "a", "b", "b", "a", "b", "a", "b", "a", "b"]
     assert [(r.scope, r.n, len(r.samples)) for r in results] == [("a", 3, 3), ("b", 3, 3)]

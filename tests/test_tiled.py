@@ -1,6 +1,6 @@
 """The tiled kernel against the float64 reference at tile boundaries, in every layout and dtype.
 
-Every output is judged like the matrix judges it (``convmatrix.matrix.tolerances``): errors
+Every output is judged like the matrix judges it (``convmatrix.core.tolerances``): errors
 against the float64 reference computed from the same dtype-rounded inputs, e_rel with
 tau = rms(reference) and e_norm, under the default (dtype, output) row. The row is chosen by
 the dtype the output is stored in (dw/db: the weight dtype; the rest: x's), because that final
@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from convmatrix.core.tolerances import Tolerances
 from convmatrix.kernels import ContractError, load
 from convmatrix.kernels.reference import reference_forward
 from convmatrix.kernels.tiled import TiledKernel
-from convmatrix.matrix.tolerances import Tolerances
 
 OUTPUTS = ("y", "F", "dx", "dw", "db", "dS")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -24,7 +24,7 @@ SMALL = {"T": 16, "C_t": 8, "vec": 4, "P": 2}  # tiles small enough to cross che
 
 
 def relative_errors(a: torch.Tensor, r: torch.Tensor) -> tuple[float, float]:
-    """(e_rel, e_norm) of SPEC.md §4 with tau = rms(r) (floored so all-zero r is defined)."""
+    """(e_rel, e_norm) of docs/spec.md §4 with tau = rms(r) (floored so all-zero r is defined)."""
     a, r = a.detach().double(), r.detach().double()
     if r.numel() == 0:
         return 0.0, 0.0
@@ -105,7 +105,7 @@ def _stored_dtypes(x_dtype: str, w_dtype: str) -> dict[str, str]:
     return {name: (w_dtype if name in ("dw", "db") else x_dtype) for name in OUTPUTS}
 
 
-# Tile-boundary lengths of SPEC.md §3 for T=16 and channel counts around C_t=8 and vec=4.
+# Tile-boundary lengths of docs/spec.md §3 for T=16 and channel counts around C_t=8 and vec=4.
 LENGTHS = {
     "1": lambda k, t: 1,
     "K-1": lambda k, t: max(1, k - 1),

@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_tiled import SMALL, assert_matches, make_problem
 
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 from convmatrix.kernels import load
 from convmatrix.kernels.reference import ReferenceKernel, reference_forward
 from convmatrix.kernels.tiled import ENV_VAR, TiledKernel, make, parse_geometry

@@ -13,17 +13,17 @@ import time
 
 import pytest
 
-from convmatrix.matrix.case import Case
-from convmatrix.runners.perfmodel import (
+from convmatrix.core.case import Case
+from convmatrix.runners.timing.measure import Sampling, measure, summarize
+from convmatrix.runners.timing.perfmodel import (
     Rates,
     backward_work,
     forward_work,
     lower_bound,
     update_work,
 )
-from convmatrix.runners.timing import TimingPlan, measure, summarize
 
-PLAN = TimingPlan(warmup_min=1, warmup_max=3, repeats_min=3, repeats_max=5, budget_s=0.0)
+PLAN = Sampling(warmup_min=1, warmup_max=3, repeats_min=3, repeats_max=5, budget_s=0.0)
 
 
 class FakeAsyncDevice:
@@ -70,7 +70,7 @@ def test_synchronised_timer_measures_the_deferred_work():
         lambda: device.launch(0.02),
         sync=device.synchronize,
         new_timer=lambda: PerfClock(device, pending),
-        plan=PLAN,
+        sampling=PLAN,
     )
     assert result.min_s >= 0.02  # each region waited for its 20 ms of device work
     assert set(pending) == {0}
@@ -85,7 +85,7 @@ def test_naive_timer_would_be_fooled_by_the_same_device():
         lambda: device.launch(0.02),
         sync=lambda: None,
         new_timer=lambda: PerfClock(device, pending),
-        plan=PLAN,
+        sampling=PLAN,
     )
     assert max(pending) > 0
     device.synchronize()
@@ -109,7 +109,9 @@ def test_cold_call_is_recorded_apart_and_setup_is_not_timed():
         def stop(self):
             return time.perf_counter() - self.t0
 
-    result = measure(fn, sync=lambda: None, new_timer=Clock, plan=PLAN, setup=setup, mode="reset")
+    result = measure(
+        fn, sync=lambda: None, new_timer=Clock, sampling=PLAN, setup=setup, mode="reset"
+    )
     assert result.cold_s >= 0.1
     assert result.min_s < 0.1 and result.median_s < 0.1  # neither the cold call nor setup
     assert calls["setup"] == calls["fn"]  # setup before every call
@@ -188,7 +190,7 @@ def test_update_work_hand_checked():
 
 @pytest.mark.parametrize("flops, nbytes, expected", [(1e9, 1e6, 0.1), (1e6, 1e9, 0.5)])
 def test_lower_bound_is_the_larger_of_compute_and_traffic(flops, nbytes, expected):
-    from convmatrix.runners.perfmodel import Work
+    from convmatrix.runners.timing.perfmodel import Work
 
     assert lower_bound(Work(flops, nbytes), Rates(bandwidth=2e9, compute=1e10)) == pytest.approx(
         expected

@@ -10,7 +10,7 @@ import argparse
 
 from convmatrix.db import current_revision, ensure_schema, head_revision, make_engine, redact_url
 
-__all__ = ["add_parser", "current_command", "upgrade_command"]
+__all__ = ["add_arguments", "current_command", "upgrade_command"]
 
 
 def upgrade_command(url: str | None = None) -> int:
@@ -43,8 +43,7 @@ def current_command(url: str | None = None) -> int:
 _ACTIONS = {"upgrade": upgrade_command, "current": current_command}
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("db", help="create or upgrade the results database's schema")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, help_text in (
         ("upgrade", "apply the shipped migrations (also done on first use)"),

@@ -13,9 +13,9 @@ import json
 import os
 from typing import Any
 
-from convmatrix.runners import devices
+from convmatrix.core import devices
 
-__all__ = ["collect", "devices_command", "render"]
+__all__ = ["add_arguments", "collect", "devices_command", "render"]
 
 # How a run uses each accelerator kind: what the timing and runner layers call on it.
 _PLAN = {
@@ -83,8 +83,9 @@ def render(facts: dict[str, Any]) -> str:
     for entry in facts["backends"]:
         lines.extend(_describe_backend(entry))
     lines.append(f"--device auto uses: {facts['auto']}")
+    visible = {entry["kind"]: entry["visible_env"] for entry in facts["backends"]}
     for kind, how in _PLAN.items():
-        env = devices.VISIBLE_ENV[kind]
+        env = visible[kind]
         article = "an" if kind == "mlu" else "a"
         lines.append(
             f"on {article} {kind.upper()} machine: --device auto uses {kind}:0; worker i of "
@@ -99,7 +100,6 @@ def devices_command(fmt: str = "text") -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("devices", help="list cpu/cuda/mlu devices and what a run would use")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.set_defaults(handler=lambda args: devices_command(args.format))

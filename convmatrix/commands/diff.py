@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from convmatrix.commands.report import DB_HELP, RUN_HELP
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 from convmatrix.reports.diff import FAIL_ON, DiffOptions, DiffView, build_diff, summary_text
 from convmatrix.reports.render import write_report
 from convmatrix.reports.source import (
@@ -27,10 +27,10 @@ from convmatrix.reports.source import (
     open_for_reading,
     previous_run,
 )
-from convmatrix.reports.timing_compare import TimingRule
-from convmatrix.reports.timing_history import HistoryRule, TimingHistory, history_regressions
+from convmatrix.runners.timing.compare import TimingRule
+from convmatrix.runners.timing.history import HistoryRule, TimingHistory, history_regressions
 
-__all__ = ["add_parser", "diff_command", "diff_runs"]
+__all__ = ["add_arguments", "diff_command", "diff_runs"]
 
 
 def _timing_history(
@@ -135,12 +135,10 @@ def diff_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "diff",
-        help="compare two runs (two kernel commits) case by case",
-        description="Compare two runs matched by case id: new failures, fixed, still failing, "
-        "error and timing regressions, cases added or removed.",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Compare two runs matched by case id: new failures, fixed, still failing, "
+        "error and timing regressions, cases added or removed."
     )
     parser.add_argument("runs", nargs="*", metavar="RUN", help=f"BASE and HEAD: {RUN_HELP}")
     parser.add_argument(

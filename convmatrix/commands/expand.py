@@ -2,7 +2,7 @@
 
 Shows the cases a matrix yields for a kernel (symbols such as ``tile+1`` resolve against the
 kernel's declared geometry), how many each suite's strategy produced, and with ``--coverage``
-whether every declared value, every pair of dimensions and every row of SPEC.md §3 is hit.
+whether every declared value, every pair of dimensions and every row of docs/spec.md §3 is hit.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 from convmatrix.matrix import Coverage, Expansion, coverage, load_matrix
 
-__all__ = ["expand_command", "render_coverage", "render_table"]
+__all__ = ["add_arguments", "expand_command", "render_coverage", "render_table"]
 
 
 def render_table(expansion: Expansion, out: TextIO) -> None:
@@ -48,7 +48,7 @@ def render_table(expansion: Expansion, out: TextIO) -> None:
 
 
 def render_coverage(cov: Coverage, out: TextIO) -> None:
-    print("SPEC.md §3 rows:", file=out)
+    print("docs/spec.md §3 rows:", file=out)
     for item in cov.spec:
         mark = "n/a " if not item.applicable else ("ok  " if item.covered else "MISS")
         print(f"  {mark} {item.row:<12} {item.value:<36} {item.cases:>5} cases", file=out)
@@ -123,12 +123,8 @@ def _write(expansion: Expansion, fmt: str, show_coverage: bool, out: TextIO) -> 
         render_table(expansion, out)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "expand",
-        help="list the cases a matrix yields for a kernel",
-        description=__doc__.splitlines()[2] if __doc__ else None,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.splitlines()[2] if __doc__ else None
     parser.add_argument("matrix", metavar="MATRIX", help="built-in matrix name or a YAML path")
     parser.add_argument(
         "--kernel", metavar="SPEC", help="registered kernel name or package.module:attribute"
@@ -137,6 +133,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--coverage",
         action="store_true",
-        help="print which values, pairs and SPEC.md §3 rows are covered instead of the cases",
+        help="print which values, pairs and docs/spec.md §3 rows are covered instead of the cases",
     )
     parser.set_defaults(handler=lambda a: expand_command(a.matrix, a.kernel, a.fmt, a.coverage))

@@ -17,9 +17,10 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from convmatrix.commands.report import DB_HELP
+from convmatrix.core.dtypes import canonical_dtype
+from convmatrix.core.errors import UsageError
+from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db import history, redact_url
-from convmatrix.errors import UsageError
-from convmatrix.matrix.tolerances import OUTPUTS
 from convmatrix.reports.history_view import (
     FLAT_COLUMNS,
     HistoryView,
@@ -31,14 +32,9 @@ from convmatrix.reports.render import fmt_num, fmt_pct, render_html, write_repor
 from convmatrix.reports.source import open_for_reading, run_case_counts
 from convmatrix.reports.viewmodel import to_jsonable
 
-__all__ = ["add_parser", "history_command", "load_history"]
+__all__ = ["add_arguments", "history_command", "load_history"]
 
 FORMATS = ("table", "csv", "json", "html")
-DTYPES = {
-    "fp32": "float32", "f32": "float32", "float": "float32",
-    "fp16": "float16", "f16": "float16", "half": "float16",
-    "bf16": "bfloat16", "fp64": "float64", "f64": "float64", "double": "float64",
-}  # fmt: skip
 
 
 def load_history(
@@ -50,7 +46,7 @@ def load_history(
     db: str | None = None,
 ) -> HistoryView:
     """The history view of ``dtype`` (aliases such as ``bf16`` accepted)."""
-    dtype = DTYPES.get(dtype.lower(), dtype)
+    dtype = canonical_dtype(dtype) or dtype
     if output is not None and output not in OUTPUTS:
         raise UsageError(f"--output {output!r}: choose from {', '.join(OUTPUTS)}")
     moment = parse_since(since)
@@ -114,12 +110,10 @@ def history_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "history",
-        help="error history of one dtype over the runs",
-        description="Per run (oldest first): worst and median e_rel and e_norm of each output "
-        "for cases of one input dtype, with case count and pass rate.",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Per run (oldest first): worst and median e_rel and e_norm of each output "
+        "for cases of one input dtype, with case count and pass rate."
     )
     parser.add_argument("--dtype", required=True, help="input dtype: float32, bfloat16 (bf16)...")
     parser.add_argument("--output", help=f"only this output: {', '.join(OUTPUTS)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from convmatrix.kernels import list_kernels
+from convmatrix.kernels.registry import list_kernels
 
 
 def list_kernels_command() -> int:
@@ -15,6 +15,5 @@ def list_kernels_command() -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("kernels", help="list registered kernels and their availability")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=lambda args: list_kernels_command())

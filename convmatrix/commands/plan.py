@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 from convmatrix.kernels.planner import (
     DTYPE_BYTES,
     TileCost,
@@ -20,7 +20,7 @@ from convmatrix.kernels.planner import (
     workspace_bytes,
 )
 
-__all__ = ["plan_command", "render_plan"]
+__all__ = ["add_arguments", "plan_command", "render_plan"]
 
 
 def _table(costs: list[TileCost], top: int) -> list[str]:
@@ -98,8 +98,7 @@ def plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("plan", help="rank tile sizes for an on-chip memory budget")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, required=True, help="on-chip bytes per task")
     parser.add_argument("--width", type=int, required=True, help="kernel width K")
     parser.add_argument("--dtype", required=True, help="X or X/W, e.g. bfloat16/float32")

@@ -16,7 +16,7 @@ from convmatrix.reports.render import write_report
 from convmatrix.reports.run_view import RunView, build_run_view
 from convmatrix.reports.source import load_run, open_for_reading
 
-__all__ = ["add_parser", "report_command", "write_run_report"]
+__all__ = ["add_arguments", "report_command", "write_run_report"]
 
 DB_HELP = "database URL (default: $CONVMATRIX_DB, else sqlite:///convmatrix.db)"
 RUN_HELP = "a run id, 'latest', a label or a kernel commit (prefix)"
@@ -50,12 +50,10 @@ def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
     return 0 if run.verdict == "PASSED" else 1
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "report",
-        help="write the HTML report of one run",
-        description="Write run-<id>.html (self-contained) and run-<id>.json for one run. "
-        "Exit 0 when every case passed, 1 when any failed or the run is incomplete.",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Write run-<id>.html (self-contained) and run-<id>.json for one run. "
+        "Exit 0 when every case passed, 1 when any failed or the run is incomplete."
     )
     parser.add_argument("run", metavar="RUN", help=RUN_HELP)
     parser.add_argument(

@@ -18,6 +18,5 @@ def selfcheck() -> int:
     return 1 if failed else 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("selfcheck", help="check the float64 reference against itself")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=lambda args: selfcheck())

@@ -21,6 +21,7 @@ from convmatrix.db.migrate import current_revision, ensure_schema, head_revision
 from convmatrix.db.queries import (
     CasePair,
     HistoryPoint,
+    OutputStats,
     RunInfo,
     case_counts,
     case_pairs,
@@ -31,15 +32,15 @@ from convmatrix.db.queries import (
     resolve_run,
 )
 from convmatrix.db.summaries import summarise_pending, summarise_runs
-from convmatrix.db.writer import ResultWriter, RunMeta, reap_stale_runs
+from convmatrix.db.writer import ResultWriter, reap_stale_runs
 
 __all__ = [
     "DEFAULT_URL",
     "CasePair",
     "HistoryPoint",
+    "OutputStats",
     "ResultWriter",
     "RunInfo",
-    "RunMeta",
     "Session",
     "case_counts",
     "case_pairs",

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, exc, pool
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 
-from convmatrix.errors import ConvmatrixError, UsageError
+from convmatrix.core.errors import ConvmatrixError, UsageError
 
 __all__ = [
     "DEFAULT_URL",

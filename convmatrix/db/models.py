@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from convmatrix.runners.results import OUTCOMES
+from convmatrix.core.records import OUTCOMES
 
 __all__ = [
     "RUN_STATUSES",
@@ -172,7 +172,7 @@ class CaseRow(Base):
 
 
 class MetricRow(Base):
-    """Errors of one output of one case (SPEC.md §4), the framework path's, and the verdict."""
+    """Errors of one output of one case (docs/spec.md §4), the framework path's, and the verdict."""
 
     __tablename__ = "metrics"
     __table_args__ = (

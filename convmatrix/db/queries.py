@@ -17,6 +17,9 @@ from typing import Any
 from sqlalchemy import or_, select, union_all
 from sqlalchemy.orm import Session
 
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import OUTCOMES, CaseResult
+from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.models import (
     CaseRow,
     MetricRow,
@@ -28,13 +31,11 @@ from convmatrix.db.models import (
 )
 from convmatrix.db.records import result_from_rows
 from convmatrix.db.summaries import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
-from convmatrix.errors import UsageError
-from convmatrix.matrix.tolerances import OUTPUTS
-from convmatrix.runners.results import OUTCOMES, CaseResult
 
 __all__ = [
     "CasePair",
     "HistoryPoint",
+    "OutputStats",
     "RunInfo",
     "case_counts",
     "case_pairs",
@@ -197,19 +198,12 @@ def case_pairs(session: Session, base_run: int, head_run: int) -> list[CasePair]
 
 
 @dataclass(frozen=True)
-class HistoryPoint:
-    """One output of one run, for one input dtype: worst and median errors, pass rate.
+class OutputStats:
+    """One output over one run's cases of one input dtype: worst and median errors, passes.
 
     A NaN error (stored as NULL) counts as +inf: a kernel that emits NaN is the worst case.
     """
 
-    run_id: int
-    started_at: datetime
-    kernel: str
-    kernel_commit: str | None
-    label: str | None
-    device_kind: str
-    output: str
     cases: int
     passed: int
     worst_rel: float
@@ -221,6 +215,20 @@ class HistoryPoint:
     @property
     def pass_rate(self) -> float:
         return self.passed / self.cases if self.cases else 0.0
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One output of one run, for one input dtype: which run, and its ``OutputStats``."""
+
+    run_id: int
+    started_at: datetime
+    kernel: str
+    kernel_commit: str | None
+    label: str | None
+    device_kind: str
+    output: str
+    stats: OutputStats
 
 
 def _float(value: float | None) -> float:
@@ -277,8 +285,8 @@ def history(
     # thousands, and named access on each row costs more than the query itself.
     points = [
         HistoryPoint(
-            run_id, _aware(started), kernel, commit, label, device, out, n, int(n_passed),
-            *(_float(v) for v in errors), worst_case,
+            run_id, _aware(started), kernel, commit, label, device, out,
+            OutputStats(n, int(n_passed), *(_float(v) for v in errors), worst_case),
         )
         for run_id, started, kernel, commit, label, device, out, n, n_passed, *errors, worst_case
         in rows

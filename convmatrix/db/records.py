@@ -1,9 +1,11 @@
 """Between ``CaseResult`` records and table rows, both ways, in one place.
 
 The writer turns results into plain dicts for bulk inserts; the loader turns rows back into
-results. Values are coerced at this boundary (numpy/torch scalars to ``int``/``float``) so JSON
+results. A metric or timing row has a column of the same name for every field of its record
+(``OutputMetrics``, ``TimingResult``), so a new field needs a column and a migration, nothing
+here. Values are coerced at this boundary (numpy/torch scalars to ``int``/``float``) so JSON
 columns and drivers only ever see plain Python numbers. NaN is stored as NULL on every backend
-(SQLite does that by itself) and an error that comes back NULL is NaN again.
+(SQLite does that by itself) and a measured error that comes back NULL is NaN again.
 """
 
 from __future__ import annotations
@@ -14,8 +16,14 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from convmatrix.matrix.case import Case
-from convmatrix.runners.results import CaseResult, OutputMetrics, PropertyResult, TimingResult
+from convmatrix.core.case import Case
+from convmatrix.core.records import (
+    CaseResult,
+    ErrorMetrics,
+    OutputMetrics,
+    PropertyResult,
+    TimingResult,
+)
 
 __all__ = [
     "CASE_COLUMNS",
@@ -30,8 +38,9 @@ CASE_COLUMNS = (
     "x_dtype", "w_dtype", "initial_state", "final_state", "dfinal", "tokens", "steps",
     "state_len", "circular", "slots", "expect",
 )  # fmt: skip
-_REQUIRED_ERRORS = ("e_abs", "e_rel", "e_norm", "tau", "scale")
-_OPTIONAL_ERRORS = ("fw_abs", "fw_rel", "fw_norm", "limit_rel", "limit_norm")
+_METRIC_FIELDS = tuple(f.name for f in fields(OutputMetrics))
+# Measured errors (never None in a record): NULL in the database reads back as NaN.
+_MEASURED = frozenset(f.name for f in fields(ErrorMetrics) if f.type == "float")
 _TIMING_FIELDS = tuple(f.name for f in fields(TimingResult))
 
 
@@ -63,19 +72,23 @@ def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
     return row
 
 
-def _metric(m: OutputMetrics) -> dict[str, Any]:
-    row: dict[str, Any] = {n: _num(getattr(m, n)) for n in _REQUIRED_ERRORS + _OPTIONAL_ERRORS}
-    row.update(
-        output=m.output,
-        worst_index=None if m.worst_index is None else [int(i) for i in m.worst_index],
-        passed=bool(m.passed),
-    )
-    return row
-
-
 def _plain(value: Any) -> Any:
     """numpy and torch scalars as Python numbers (drivers and JSON take only those)."""
     return value.item() if hasattr(value, "item") else value
+
+
+def _column(value: Any) -> Any:
+    """A record field as its column takes it: numbers plain (NaN as NULL), lists of ints."""
+    value = _plain(value)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [int(i) for i in value]
+    return _num(value)
+
+
+def _metric(m: OutputMetrics) -> dict[str, Any]:
+    return {n: _column(getattr(m, n)) for n in _METRIC_FIELDS}
 
 
 def _timing(t: TimingResult) -> dict[str, Any]:
@@ -104,11 +117,7 @@ def result_from_rows(
     """Rebuild the ``CaseResult`` a case row and its child rows were written from."""
     outputs = [
         OutputMetrics(
-            output=m.output,
-            **{n: _nan(getattr(m, n)) for n in _REQUIRED_ERRORS},
-            **{n: getattr(m, n) for n in _OPTIONAL_ERRORS},
-            worst_index=m.worst_index,
-            passed=m.passed,
+            **{n: _nan(getattr(m, n)) if n in _MEASURED else getattr(m, n) for n in _METRIC_FIELDS}
         )
         for m in metrics
     ]

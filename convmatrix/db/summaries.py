@@ -30,8 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from convmatrix.core.records import OUTCOMES
 from convmatrix.db.models import CaseRow, MetricRow, Run, RunCountRow, RunSummaryRow, utcnow
-from convmatrix.runners.results import OUTCOMES
 
 __all__ = [
     "COUNT_COLUMNS",

@@ -18,13 +18,15 @@ import socket
 import sys
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
 from convmatrix.db.engine import redact_url, write_session
 from convmatrix.db.migrate import ensure_schema
 from convmatrix.db.models import (
@@ -38,30 +40,8 @@ from convmatrix.db.models import (
 )
 from convmatrix.db.records import case_values, child_values
 from convmatrix.db.summaries import summarise_runs
-from convmatrix.errors import UsageError
-from convmatrix.runners.results import OUTCOMES, CaseResult
 
 __all__ = ["ResultWriter", "RunMeta", "reap_stale_runs"]
-
-
-@dataclass
-class RunMeta:
-    """What identifies a run: kernel and commit, matrix, device, host, versions, label."""
-
-    kernel: str
-    matrix: str
-    matrix_hash: str
-    device_kind: str = "cpu"
-    device_name: str | None = None
-    kernel_commit: str | None = None
-    kernel_dirty: bool | None = None
-    host: str = field(default_factory=socket.gethostname)
-    versions: dict[str, str | None] = field(default_factory=dict)  # torch, cuda, torch_mlu, ...
-    label: str | None = None
-    argv: list[str] = field(default_factory=lambda: list(sys.argv))
-    options: dict[str, Any] = field(default_factory=dict)
-    geometry: dict[str, Any] | None = None
-    n_planned: int | None = None
 
 
 def _counts(session: Session, run_id: int) -> Counter[str]:

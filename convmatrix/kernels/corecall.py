@@ -1,6 +1,6 @@
 """The optional ``core_call`` hook: a kernel's core computation alone, for the ``kernel`` scope.
 
-SPEC.md §5 times three scopes. The ``op`` scope is the public call (``forward``/``update`` plus
+docs/spec.md §5 times three scopes. The ``op`` scope is the public call (``forward``/``update`` plus
 autograd) from the case's canonical inputs; the ``kernel`` scope is the adapter's *core* on
 inputs already in the layout and dtype it wants, so that layout conversion, dtype casts,
 argument checks and state bookkeeping show up as the difference between the two.
@@ -12,7 +12,7 @@ Only the adapter knows where its core begins, hence a hook::
 It does every conversion *now* (outside any timed region) and returns a zero-argument closure
 that runs just the core on the converted inputs; ``None`` means "no separable core for these
 arguments" and the timing falls back to the op call on contiguous inputs, recorded under its
-own scope name so the two are never compared (``convmatrix.runners.scopes``). ``KernelBase``
+own scope name so the two are never compared (``convmatrix.runners.timing.scopes``). ``KernelBase``
 returns ``None``; ``torch``, ``reference`` and ``tiled`` implement it.
 
 ``op`` is ``fwd``, ``fwd_bwd`` (forward then backward), ``bwd`` (the backward alone: whatever
@@ -37,7 +37,7 @@ CoreCall = Callable[[], object]
 
 @dataclass(frozen=True)
 class CoreArgs:
-    """Canonical arguments of one core call (shapes as in SPEC.md §2).
+    """Canonical arguments of one core call (shapes as in docs/spec.md §2).
 
     Forward ops: ``x`` (B, C, L), ``initial_state`` (B, C, K-1), ``seq_idx`` (B, L),
     ``grad_y`` (B, C, L) and ``grad_final`` (B, C, K-1) for ``fwd_bwd``/``bwd``.

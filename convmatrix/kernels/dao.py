@@ -27,8 +27,9 @@ interface (assert → AssertionError):
 
 Geometry: the channel-last forward works on 64-token x 32/64-channel chunks (16-byte vectors
 of 4 fp32 / 8 half), the channel-first forward on chunks of 128 threads x 4/8 elements = 512
-(fp32) / 1024 (16-bit) tokens per channel. ``dao`` declares the channel-last 16-bit one;
-``dao_channel_first`` and the ``*_fp32`` attributes declare the others, so that ``tile+1``
+(fp32) / 1024 (16-bit) tokens per channel. ``dao`` declares the channel-last 16-bit one,
+``convmatrix.kernels.dao:channel_first`` the channel-first 16-bit one, and
+``DaoKernel((layout, bytes))`` any of ``GEOMETRIES`` in Python, so that ``tile+1``
 etc. hit the boundaries of the kernel the matrix is aimed at.
 """
 
@@ -41,15 +42,14 @@ from typing import Any
 
 import torch
 
+from convmatrix.core.case import Case
+from convmatrix.core.layout import storage_layout
 from convmatrix.kernels.protocol import Capabilities, ContractError, Geometry, KernelBase
-from convmatrix.matrix.case import Case
 
 __all__ = [
     "GEOMETRIES",
     "DaoKernel",
     "channel_first",
-    "channel_first_fp32",
-    "channel_last_fp32",
     "dao_contract",
 ]
 
@@ -75,8 +75,6 @@ def _version(text: str) -> tuple[int, ...]:
 
 def _x_strides(case: Case) -> tuple[int, ...]:
     """The strides the runner gives x for this case (its layout/gap rules)."""
-    from convmatrix.runners.inputs import storage_layout  # the one definition of the gaps
-
     length = case.seqlen if case.op != "update" else case.tokens
     return storage_layout((case.batch, case.dim, length or 1), case.layout, case.gap)[0]
 
@@ -247,11 +245,3 @@ class DaoKernel(KernelBase):
 def channel_first() -> DaoKernel:
     """Dao aimed at its channel-first kernel (16-bit: 1024-token chunks per channel)."""
     return DaoKernel(("channel_first", 2))
-
-
-def channel_first_fp32() -> DaoKernel:
-    return DaoKernel(("channel_first", 4))
-
-
-def channel_last_fp32() -> DaoKernel:
-    return DaoKernel(("channel_last", 4))

@@ -1,6 +1,6 @@
 """The framework path ``torch``: what a PyTorch user writes, in the input dtype, on any device.
 
-It is the same-dtype baseline of SPEC.md §4: a kernel's error is judged against the error this
+It is the same-dtype baseline of docs/spec.md §4: a kernel's error is judged against the error this
 path makes at the same dtype. Depthwise ``F.conv1d`` with ``groups=C`` over the state-padded
 input, SiLU after the bias, autograd for backward. Packed sequences run segment by segment
 (a user splits at sequence boundaries); padding tokens output zeros.

@@ -10,7 +10,7 @@ Translation of a canonical forward (``convmatrix.kernels.mlu_ops`` has the API):
   sequence of its row (``has_initial_state``), the library reads the line's first K-1
   columns, so the canonical state is copied unshifted;
 - the output ``(C, B*L)`` is viewed back as (B, C, L) (channel-last strides); padding tokens
-  (own sequences, never given a state) are zeroed here, as SPEC.md §2 asks;
+  (own sequences, never given a state) are zeroed here, as docs/spec.md §2 asks;
 - the final state is the line of each row's last sequence after the call (written by the
   library in place); it equals the canonical F when that sequence is the whole row or has at
   least K-1 tokens, else the case is outside this API's contract.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from convmatrix.core.case import Case
 from convmatrix.kernels.mlu_ops import (
     MluOps,
     boundaries,
@@ -35,7 +36,6 @@ from convmatrix.kernels.mlu_ops import (
 )
 from convmatrix.kernels.protocol import FEATURES, Capabilities, ContractError, KernelBase
 from convmatrix.kernels.semantics import check_forward_args, update_via_forward
-from convmatrix.matrix.case import Case
 
 __all__ = ["MluVllmKernel", "standin"]
 

@@ -1,4 +1,4 @@
-"""Tile planner: the seed's capacity formulas (SPEC.md §5) for candidate tiles (T, C_t).
+"""Tile planner: the seed's capacity formulas (docs/spec.md §5) for candidate tiles (T, C_t).
 
 Forward, single buffer, low-precision input, FP32 accumulation (seed, chapter 8):
 ``M ~ (T+K-1)*C_t*s_x + T*C_t*4 + K*C_t*s_w + M_extra``. M_extra is spelled out here as the
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from convmatrix.errors import UsageError
-from convmatrix.kernels.protocol import Geometry
+from convmatrix.core.contract import Geometry
+from convmatrix.core.errors import UsageError
 
 __all__ = [
     "Buffer",

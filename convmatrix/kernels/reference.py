@@ -1,4 +1,4 @@
-"""The float64 oracle: SPEC.md §2, vectorised with torch, explicit backward.
+"""The float64 oracle: docs/spec.md §2, vectorised with torch, explicit backward.
 
 Forward is the window formula ``z[t] = bias + sum_k w[k] * xe[t+k]`` as a loop over the K taps
 (``addcmul_``): float64 depthwise ``F.conv1d`` on CPU takes a slow per-channel path (20-70 ms

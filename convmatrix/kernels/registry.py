@@ -15,7 +15,7 @@ from typing import Any
 
 from convmatrix.kernels.protocol import Kernel
 
-__all__ = ["KernelInfo", "KernelSpecError", "list_kernels", "load", "registered_names"]
+__all__ = ["KernelInfo", "KernelSpecError", "list_kernels", "load"]
 
 GROUP = "convmatrix.kernels"
 
@@ -40,10 +40,6 @@ def _registered() -> dict[str, str]:
     for ep in entry_points(group=GROUP):
         found[ep.name] = ep.value
     return found
-
-
-def registered_names() -> list[str]:
-    return sorted(_registered())
 
 
 def _instantiate(obj: Any, spec: str) -> Kernel:

@@ -1,6 +1,6 @@
 """Argument contracts and state bookkeeping shared by every kernel written in this project.
 
-SPEC.md §2 fixes the semantics; this module holds the parts that are not arithmetic: checking
+docs/spec.md §2 fixes the semantics; this module holds the parts that are not arithmetic: checking
 shapes and dtypes (raising ``ContractError``), the packed-sequence tap masks, and how a decode
 update finds its history in, and writes new tokens to, a shifting or ring-buffer state.
 """

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 from convmatrix.kernels.corecall import CoreArgs, CoreCall, core_call_of
 from convmatrix.kernels.protocol import KernelBase
 
@@ -34,7 +34,7 @@ def _process_clock(device: torch.device | None) -> bool:
     """CPU work under the process clock; device work (events time it) by the wall clock."""
     if device is not None and device.type != "cpu":
         return False
-    from convmatrix.runners.devices import cpu_clock
+    from convmatrix.core.devices import cpu_clock
 
     return cpu_clock() == "process"
 
@@ -45,7 +45,7 @@ def now(device: torch.device | None = None) -> float:
     if _process_clock(device):
         return time.process_time()
     if device is not None and device.type != "cpu":
-        from convmatrix.runners.devices import synchronize
+        from convmatrix.core.devices import synchronize
 
         synchronize(device)
     return time.perf_counter()

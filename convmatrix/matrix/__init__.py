@@ -5,13 +5,13 @@ expansion = spec.expand(kernel)          # symbols resolve against the kernel's 
 for case in expansion.cases: ...         # frozen Case values with stable ids
 """
 
-from convmatrix.matrix.case import Case
+from convmatrix.core.case import Case
+from convmatrix.core.tolerances import DEFAULT_TOLERANCES, OUTPUTS, Policy, Tolerance, Tolerances
 from convmatrix.matrix.coverage import Coverage, coverage
 from convmatrix.matrix.errors import MatrixError
 from convmatrix.matrix.expand import Expansion
 from convmatrix.matrix.loader import builtin_names, load_matrix
 from convmatrix.matrix.spec import MatrixSpec, SuiteSpec, TimingSettings
-from convmatrix.matrix.tolerances import DEFAULT_TOLERANCES, OUTPUTS, Policy, Tolerance, Tolerances
 
 __all__ = [
     "DEFAULT_TOLERANCES",

@@ -1,12 +1,12 @@
 """From one combination of dimension values to a ``Case``: resolve symbols, fill the fields
-of the op, leave the others ``None`` (SPEC.md §2 shapes; ``Case`` docstring for the fields).
+of the op, leave the others ``None`` (docs/spec.md §2 shapes; ``Case`` docstring for the fields).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from convmatrix.matrix.case import Case
+from convmatrix.core.case import Case
 from convmatrix.matrix.rules import case_env
 from convmatrix.matrix.spec import SuiteSpec
 from convmatrix.matrix.values import Value, resolve_int, resolve_packing
@@ -85,7 +85,7 @@ def applicable_checks(case: Case, wanted: Sequence[str]) -> tuple[str, ...]:
 
 
 def spec_violation(case: Case) -> str | None:
-    """Why SPEC.md §2 itself rejects the case (every kernel must raise), or None."""
+    """Why docs/spec.md §2 itself rejects the case (every kernel must raise), or None."""
     if case.op == "update" and case.state_len is not None and case.state_len < case.width - 1:
-        return f"state_len {case.state_len} < width-1 = {case.width - 1} (SPEC.md §2)"
+        return f"state_len {case.state_len} < width-1 = {case.width - 1} (docs/spec.md §2)"
     return None

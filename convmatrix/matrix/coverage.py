@@ -1,5 +1,5 @@
 """What an expansion covers: each declared value, each pair of declared dimensions (against
-the pairs some valid case can contain), and the checklist of SPEC.md §3 computed from the
+the pairs some valid case can contain), and the checklist of docs/spec.md §3 computed from the
 resolved cases themselves, so a matrix cannot claim "tile+1" without a case of that length.
 """
 
@@ -9,8 +9,8 @@ import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from convmatrix.kernels.protocol import DTYPES
-from convmatrix.matrix.case import GAPS, Case
+from convmatrix.core.case import GAPS, Case
+from convmatrix.core.dtypes import CASE_DTYPES
 from convmatrix.matrix.expand import Expansion, SuiteExpansion
 
 __all__ = ["Coverage", "PairCoverage", "SpecItem", "ValueCoverage", "coverage"]
@@ -43,7 +43,7 @@ class PairCoverage:
 
 @dataclass(frozen=True)
 class SpecItem:
-    """One value of a row of SPEC.md §3; ``applicable`` is False when it needs geometry the
+    """One value of a row of docs/spec.md §3; ``applicable`` is False when it needs geometry the
     expansion lacks (e.g. 'tile+1' without a time tile)."""
 
     row: str
@@ -164,7 +164,7 @@ def _spec_items(cases: list[Case], geo: Mapping[str, int]) -> list[SpecItem]:
     add("activation", "silu", ok, lambda c: c.activation == "silu")
     add("parameters", "bias", ok, lambda c: c.bias)
     add("parameters", "no bias", ok, lambda c: not c.bias)
-    for x, w in itertools.product(DTYPES, DTYPES):
+    for x, w in itertools.product(CASE_DTYPES, CASE_DTYPES):
         add("parameters", f"{x}/{w}", ok, lambda c, x=x, w=w: (c.x_dtype, c.w_dtype) == (x, w))
     add("state", "zero initial state", fwd, lambda c: c.initial_state == "zeros")
     add("state", "non-zero initial state", fwd, lambda c: c.initial_state == "random")
@@ -214,7 +214,7 @@ def _spec_items(cases: list[Case], geo: Mapping[str, int]) -> list[SpecItem]:
 
 
 def coverage(expansion: Expansion) -> Coverage:
-    """Value, pair and SPEC.md §3 coverage of ``expansion``."""
+    """Value, pair and docs/spec.md §3 coverage of ``expansion``."""
     values: list[ValueCoverage] = []
     pairs: list[PairCoverage] = []
     for suite in expansion.suites:

@@ -2,7 +2,7 @@
 
 A user who mistypes ``seqlne`` or writes ``tile+1`` for a kernel without a time tile gets
 ``nightly.yaml:12:7: suites.fwd.dimensions.seqlne: unknown key (did you mean 'seqlen'?)``
-and exit status 2, never a traceback (SPEC.md §7).
+and exit status 2, never a traceback (docs/spec.md §7).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 
 __all__ = ["Mark", "MatrixError", "did_you_mean"]
 

@@ -2,7 +2,7 @@
 
 Per suite: resolve which symbols exist (kernel geometry over the matrix's ``geometry:``
 defaults, K from each case), let the suite's strategy pick combinations under the rules, add
-the ``include`` entries, build cases, then classify expected errors: cases SPEC.md §2 rejects
+the ``include`` entries, build cases, then classify expected errors: cases docs/spec.md §2 rejects
 and cases the kernel's declared contract rejects become ``expect="error"`` with a reason and
 keep the id of the plain case, so one case matches itself across kernels and commits.
 Cases needing features the kernel lacks stay as they are; runners skip them.
@@ -15,18 +15,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from convmatrix.core.case import Case
+from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.matrix.build import build_case, spec_violation
-from convmatrix.matrix.case import Case
 from convmatrix.matrix.errors import MatrixError
 from convmatrix.matrix.rules import Rule, intrinsic_rules
 from convmatrix.matrix.spec import IncludeSpec, MatrixSpec, SuiteSpec, TimingSettings
 from convmatrix.matrix.strategies import Constraint, SearchBudgetExceeded, Space, make_strategy
 from convmatrix.matrix.symbols import SYMBOL_HELP, Expr
-from convmatrix.matrix.tolerances import Policy, Tolerances
 from convmatrix.matrix.values import Packing, Value
 
 if TYPE_CHECKING:
-    from convmatrix.kernels.protocol import Kernel
+    from convmatrix.core.contract import DeclaredKernel
 
 __all__ = ["Expansion", "SuiteExpansion", "expand"]
 
@@ -195,7 +195,7 @@ def _expand_suite(
     suite: SuiteSpec,
     geometry: Mapping[str, int],
     own: Mapping[str, int],
-    kernel: Kernel | None,
+    kernel: DeclaredKernel | None,
     source: str,
 ) -> SuiteExpansion:
     dims = tuple(suite.dimensions)
@@ -224,7 +224,7 @@ def _expand_suite(
     )
 
 
-def _classify(case: Case, kernel: Kernel | None) -> Case:
+def _classify(case: Case, kernel: DeclaredKernel | None) -> Case:
     if case.expect != "ok":
         return case
     reason = spec_violation(case)
@@ -235,7 +235,7 @@ def _classify(case: Case, kernel: Kernel | None) -> Case:
     return dataclasses.replace(case, expect="error", expect_reason=reason, id=case.id)
 
 
-def expand(spec: MatrixSpec, kernel: Kernel | None = None) -> Expansion:
+def expand(spec: MatrixSpec, kernel: DeclaredKernel | None = None) -> Expansion:
     """All cases of ``spec`` for ``kernel``, suites in file order, deterministic."""
     declared = kernel.capabilities.geometry.symbols() if kernel is not None else {}
     geometry = {**spec.geometry, **declared}

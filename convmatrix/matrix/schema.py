@@ -32,7 +32,8 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from convmatrix.matrix.case import CHECKS, OPS
+from convmatrix.core.case import CHECKS, OPS
+from convmatrix.core.tolerances import DEFAULT_TOLERANCES, OUTPUTS, Policy, Tolerance, Tolerances
 from convmatrix.matrix.errors import did_you_mean
 from convmatrix.matrix.rules import parse_constraint, parse_exclude
 from convmatrix.matrix.source import YNode
@@ -45,7 +46,6 @@ from convmatrix.matrix.spec import (
 )
 from convmatrix.matrix.strategies import STRATEGIES
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS
-from convmatrix.matrix.tolerances import DEFAULT_TOLERANCES, OUTPUTS, Policy, Tolerance, Tolerances
 from convmatrix.matrix.values import DIMENSIONS, Dim, Value, dims_for, is_required
 
 __all__ = ["parse_matrix"]

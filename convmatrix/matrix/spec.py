@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.matrix.errors import Mark
 from convmatrix.matrix.rules import Rule
-from convmatrix.matrix.tolerances import Policy, Tolerances
 from convmatrix.matrix.values import Value
 
 if TYPE_CHECKING:
-    from convmatrix.kernels.protocol import Kernel
+    from convmatrix.core.contract import DeclaredKernel
     from convmatrix.matrix.expand import Expansion
 
 __all__ = ["IncludeSpec", "MatrixSpec", "SuiteSpec", "TimingSettings"]
@@ -97,7 +97,7 @@ class MatrixSpec:
     timing: TimingSettings
     mark: Mark
 
-    def expand(self, kernel: Kernel | None = None) -> Expansion:
+    def expand(self, kernel: DeclaredKernel | None = None) -> Expansion:
         """The cases for ``kernel`` (None: symbols from the matrix's ``geometry:`` only)."""
         from convmatrix.matrix.expand import expand
 

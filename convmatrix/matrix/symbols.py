@@ -1,7 +1,7 @@
 """Symbolic values: ``K-1``, ``tile+1``, ``2*tile+1``, ``vec-1``, ``ctile+1``, ``L//2`` ...
 
 A matrix names lengths and channel counts relative to the case's width and to the tile
-geometry the kernel declares (SPEC.md §3), so one matrix probes each kernel's own boundaries.
+geometry the kernel declares (docs/spec.md §3), so one matrix probes each kernel's own boundaries.
 Expressions are integer arithmetic (``+ - * //``, parentheses) over these symbols, parsed
 once at load time (unknown names are a load error) and evaluated per case.
 """

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from convmatrix.kernels.protocol import DTYPES
-from convmatrix.matrix.case import GAPS
+from convmatrix.core.case import GAPS
+from convmatrix.core.dtypes import ALIASES, CASE_DTYPES
 from convmatrix.matrix.errors import Mark, did_you_mean
 from convmatrix.matrix.source import YNode
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS, Expr, parse_expr
@@ -36,16 +36,8 @@ ALL_OPS = frozenset({"fwd", "fwd_bwd", "update"})
 _INT_SYMBOLS = ("K", *GEOMETRY_SYMBOLS)
 _PACK_SYMBOLS = ("K", "L", *GEOMETRY_SYMBOLS)
 
-DTYPE_ALIASES = {
-    **{d: d for d in DTYPES},
-    "fp32": "float32",
-    "f32": "float32",
-    "float": "float32",
-    "fp16": "float16",
-    "f16": "float16",
-    "half": "float16",
-    "bf16": "bfloat16",
-}
+# The spellings a matrix may use for a case dtype (float64 is the reference's, not a case's).
+DTYPE_ALIASES = {alias: name for alias, name in ALIASES.items() if name in CASE_DTYPES}
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,7 @@ def parse_dtype(node: YNode, value: Any = None) -> str:
     raw = node.value if value is None else value
     name = str(raw).removeprefix("torch.") if isinstance(raw, str) else raw
     if name not in DTYPE_ALIASES:
-        hint = did_you_mean(str(raw), DTYPE_ALIASES) or f" (known: {', '.join(DTYPES)})"
+        hint = did_you_mean(str(raw), DTYPE_ALIASES) or f" (known: {', '.join(CASE_DTYPES)})"
         raise node.error(f"unknown dtype {raw!r}{hint}")
     return DTYPE_ALIASES[name]
 

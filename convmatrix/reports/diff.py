@@ -14,11 +14,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from convmatrix.matrix.tolerances import DEFAULT_TOLERANCES
-from convmatrix.reports.timing_compare import TimingComparison, TimingRule, compare_timings
-from convmatrix.reports.timing_history import TimingHistory
-from convmatrix.reports.viewmodel import BAD_OUTCOMES, RunHeader
-from convmatrix.runners.results import CaseResult, OutputMetrics
+from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
+from convmatrix.core.tolerances import DEFAULT_TOLERANCES
+from convmatrix.reports.viewmodel import RunHeader
+from convmatrix.runners.timing.compare import TimingComparison, TimingRule, compare_timings
+from convmatrix.runners.timing.history import TimingHistory
 
 __all__ = [
     "FAIL_ON",

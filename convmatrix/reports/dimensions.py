@@ -1,6 +1,6 @@
 """The matrix dimensions a report groups cases by, as short readable labels.
 
-A pivot is only useful if its groups are the bug classes of SPEC.md §3: "fails only at tile+1
+A pivot is only useful if its groups are the bug classes of docs/spec.md §3: "fails only at tile+1
 with channel_last" needs lengths named by their relation to the kernel's tile (``tile+1``), not
 as raw numbers that differ per kernel. The tile comes from the geometry the run recorded
 (``Geometry`` fields as JSON, or the symbols the matrix resolved, ``tile``); without it
@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from convmatrix.matrix.case import Case
+from convmatrix.core.case import Case
+from convmatrix.core.dtypes import short_name
 
 __all__ = [
     "DIMENSIONS",
@@ -26,12 +27,10 @@ __all__ = [
     "state_label",
 ]
 
-_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
-
 
 def dtype_label(case: Case) -> str:
     """``bf16`` when x and weight share a dtype, else ``bf16/w f32``."""
-    x, w = _SHORT.get(case.x_dtype, case.x_dtype), _SHORT.get(case.w_dtype, case.w_dtype)
+    x, w = short_name(case.x_dtype), short_name(case.w_dtype)
     return x if x == w else f"{x}/w {w}"
 
 

@@ -14,28 +14,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from convmatrix.db.queries import HistoryPoint
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
+from convmatrix.db.queries import HistoryPoint, OutputStats
 
 __all__ = [
     "HistoryRun",
     "HistoryView",
-    "OutputStats",
     "build_history_view",
     "flat_rows",
     "parse_since",
 ]
-
-
-@dataclass
-class OutputStats:
-    cases: int
-    passed: int
-    worst_rel: float
-    median_rel: float
-    worst_norm: float
-    median_norm: float
-    worst_case_id: str
 
 
 @dataclass
@@ -120,15 +108,7 @@ def build_history_view(
                 passed=passed,
                 bad=bad,
             )
-        run.outputs[p.output] = OutputStats(
-            cases=p.cases,
-            passed=p.passed,
-            worst_rel=p.worst_rel,
-            median_rel=p.median_rel,
-            worst_norm=p.worst_norm,
-            median_norm=p.median_norm,
-            worst_case_id=p.worst_case_id,
-        )
+        run.outputs[p.output] = p.stats
         if p.output not in outputs:
             outputs.append(p.output)
     for run in runs.values():

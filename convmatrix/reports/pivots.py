@@ -2,7 +2,7 @@
 
 A pivot turns thousands of cases into a handful of rows where a pattern stands out: every row
 of ``length class x layout`` passes except ``tile+1 / channel_last``. Only cases judged
-numerically count (expected-error cases are reported apart, SPEC.md §3); skipped cases are
+numerically count (expected-error cases are reported apart, docs/spec.md §3); skipped cases are
 counted but excluded from the pass rate, since they say nothing about the kernel's numbers.
 """
 
@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convmatrix.matrix.tolerances import OUTPUTS
+from convmatrix.core.records import BAD_OUTCOMES, CaseResult
+from convmatrix.core.tolerances import OUTPUTS
+from convmatrix.core.verdict import output_severity
 from convmatrix.reports.dimensions import DIMENSIONS, ORDER, PIVOTS
-from convmatrix.reports.viewmodel import BAD_OUTCOMES, severity
-from convmatrix.runners.results import CaseResult
 
 __all__ = ["Pivot", "PivotRow", "build_pivots"]
 
@@ -70,7 +70,7 @@ def _prepare(
             _Prepared(
                 labels={d: DIMENSIONS[d](result.case, geometry) for d in dims},
                 outcome=outcome,
-                metrics=[(m.output, m.e_rel, m.e_norm, severity(m)) for m in result.outputs],
+                metrics=[(m.output, m.e_rel, m.e_norm, output_severity(m)) for m in result.outputs],
             )
         )
     return prepared
@@ -116,15 +116,6 @@ def _pivot(dims: Sequence[str], prepared: Sequence[_Prepared]) -> Pivot:
     seen = {o for row in rows for o in row.worst_rel}
     outputs = [o for o in OUTPUTS if o in seen] + sorted(seen - set(OUTPUTS))
     return Pivot(dims=list(dims), outputs=outputs, rows=rows)
-
-
-def build_pivot(
-    dims: Sequence[str],
-    results: Iterable[CaseResult],
-    geometry: Mapping[str, Any] | None = None,
-) -> Pivot:
-    """One pivot over numerically judged results (``expect == "ok"``), rows sorted by key."""
-    return _pivot(dims, _prepare(results, set(dims), geometry))
 
 
 def build_pivots(

@@ -20,7 +20,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
-from convmatrix import __version__
+from convmatrix.core import __version__
 from convmatrix.reports.charts import history_charts
 from convmatrix.reports.timing_charts import timing_charts
 from convmatrix.reports.viewmodel import write_json

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
+from convmatrix.core.verdict import case_severity, output_severity
 from convmatrix.reports.pivots import Pivot, build_pivots
 from convmatrix.reports.timing_view import TimingSummary, build_timing_summary
-from convmatrix.reports.viewmodel import BAD_OUTCOMES, RunHeader, severity
-from convmatrix.runners.results import CaseResult, OutputMetrics
+from convmatrix.reports.viewmodel import RunHeader
 
 __all__ = [
     "CaseLine",
@@ -62,7 +63,7 @@ class CaseLine:
     params: dict[str, Any]
     outputs: list[OutputLine]  # failing outputs first
     failed_properties: list[dict[str, Any]]
-    severity: float | None
+    severity: float  # how far past its limit the worst failing output is (inf: no numbers)
     rerun: str
 
 
@@ -134,7 +135,7 @@ def output_line(m: OutputMetrics) -> OutputLine:
         fw_norm=m.fw_norm,
         vs_fw_rel=_ratio(m.e_rel, m.fw_rel),
         vs_fw_norm=_ratio(m.e_norm, m.fw_norm),
-        severity=severity(m),
+        severity=output_severity(m),
         worst_index=m.worst_index,
     )
 
@@ -159,7 +160,6 @@ def _case_line(run: RunHeader, result: CaseResult) -> CaseLine:
         (output_line(m) for m in result.outputs),
         key=lambda o: (o.passed, -(o.severity or 0.0)),
     )
-    worst_severity = max((o.severity for o in lines if o.severity is not None), default=None)
     return CaseLine(
         case_id=result.case.id,
         name=result.case.pytest_id,
@@ -170,7 +170,7 @@ def _case_line(run: RunHeader, result: CaseResult) -> CaseLine:
         failed_properties=[
             {"name": p.name, "detail": p.detail} for p in result.properties if not p.passed
         ],
-        severity=worst_severity,
+        severity=case_severity(result),
         rerun=rerun_command(run, [result.case.id]),
     )
 
@@ -214,8 +214,8 @@ def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
     """The whole run report from one run's results; ``run`` as built by ``run_header``."""
     failing = [r for r in results if r.outcome in BAD_OUTCOMES]
     failures = [_case_line(run, r) for r in failing]
-    # Crashes and hangs first, then the numerically worst failures.
-    failures.sort(key=lambda f: (_OUTCOME_ORDER.get(f.outcome, 9), -(f.severity or 0.0)))
+    # Crashes and hangs first, then the worst failures in the terminal summary's order.
+    failures.sort(key=lambda f: (_OUTCOME_ORDER.get(f.outcome, 9), -f.severity))
     expected = [
         ExpectedErrorLine(
             case_id=r.case.id,

@@ -16,6 +16,8 @@ from sqlalchemy import Engine, and_, or_, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.db import (
     RunInfo,
     case_counts,
@@ -25,9 +27,7 @@ from convmatrix.db import (
     resolve_run,
 )
 from convmatrix.db.models import Run
-from convmatrix.errors import UsageError
-from convmatrix.reports.viewmodel import BAD_OUTCOMES, RunHeader, run_header
-from convmatrix.runners.results import CaseResult
+from convmatrix.reports.viewmodel import RunHeader, run_header
 
 __all__ = [
     "LoadedRun",

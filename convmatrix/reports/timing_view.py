@@ -1,8 +1,8 @@
 """The run report's performance part: scopes side by side, the device's rates, the sweeps.
 
-Built from a run's timing rows (``convmatrix.runners.timed``); plain data, written to JSON with
-the rest of the run view. Two kinds of sweep chart, one per group of timed cases that differ
-only in ``seqlen`` (SPEC.md §5, the seed's "change one factor at a time"):
+Built from a run's timing rows (``convmatrix.runners.timing.cases``); plain data, written to
+JSON with the rest of the run view. Two kinds of sweep chart, one per group of timed cases that
+differ only in ``seqlen`` (docs/spec.md §5, the seed's "change one factor at a time"):
 
 - ``bytes``: median time of each scope against the bytes D the op must move. ``slope`` is the
   least-squares slope of log(time) on log(D): near 1 the time grows with the bytes (bandwidth,
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convmatrix.runners.results import CaseResult, TimingResult
+from convmatrix.core.records import CaseResult, TimingResult
 
 __all__ = [
     "ScopeRow",

@@ -16,21 +16,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
 from convmatrix.db.engine import redact_url
-from convmatrix.runners.results import OUTCOMES, CaseResult, OutputMetrics
 
 __all__ = [
-    "BAD_OUTCOMES",
     "RunHeader",
     "run_header",
-    "severity",
     "to_jsonable",
-    "worst",
     "write_json",
 ]
-
-# Outcomes that fail a run; "skipped" is neither good nor bad.
-BAD_OUTCOMES = frozenset({"failed", "crashed", "timeout", "error"})
 
 
 @dataclass
@@ -124,32 +118,6 @@ def run_header(run: Any, url: str, results: Iterable[CaseResult] = ()) -> RunHea
         n_cases=n,
         n_planned=run.n_planned,
     )
-
-
-def worst(values: Iterable[float | None]) -> float | None:
-    """The largest error, NaN counting as worst of all (a NaN output is the worst outcome)."""
-    best: float | None = None
-    for v in values:
-        if v is None:
-            continue
-        if math.isnan(v):
-            return math.nan
-        if best is None or v > best:
-            best = v
-    return best
-
-
-def severity(m: OutputMetrics) -> float | None:
-    """How far an output is from its limits: max(e_rel/limit_rel, e_norm/limit_norm).
-
-    Above 1 fails the threshold rule; comparable across dtypes and outputs, unlike raw errors.
-    """
-    ratios = [
-        e / lim
-        for e, lim in ((m.e_rel, m.limit_rel), (m.e_norm, m.limit_norm))
-        if lim is not None and lim > 0
-    ]
-    return worst(ratios)
 
 
 def to_jsonable(value: Any) -> Any:

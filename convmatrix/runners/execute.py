@@ -15,17 +15,17 @@ from typing import Any
 
 import torch
 
+from convmatrix.core.case import Case
+from convmatrix.core.contract import ContractError
+from convmatrix.core.records import CaseResult, ErrorMetrics
+from convmatrix.core.tolerances import Policy, Tolerances
+from convmatrix.core.verdict import judge_output, outcome_of, tolerance_for
 from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.protocol import ContractError
-from convmatrix.matrix.case import Case
 from convmatrix.matrix.spec import TimingSettings
-from convmatrix.matrix.tolerances import Policy, Tolerances
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
 from convmatrix.runners.invoke import KernelFault, kernel_outputs, reference_outputs
-from convmatrix.runners.metrics import ErrorMetrics, error_metrics
+from convmatrix.runners.metrics import error_metrics
 from convmatrix.runners.properties import check_guards, run_properties
-from convmatrix.runners.results import CaseResult
-from convmatrix.runners.verdict import judge_output, outcome_of, tolerance_for
 
 __all__ = ["Context", "build_inputs", "run_case", "skip_reason"]
 
@@ -127,7 +127,7 @@ def _metrics(case: Case, ctx: Context, got: dict, ref: dict, fw: dict | None) ->
 def _time(case: Case, ctx: Context, result: CaseResult) -> None:
     """Time a passed ``timed`` case after judging it, on fresh inputs (never inside the
     comparison). A kernel that raises here, having passed, makes the case an ``error``."""
-    from convmatrix.runners.timed import time_case
+    from convmatrix.runners.timing.cases import time_case
 
     try:
         result.timings = time_case(ctx.kernel, case, ctx.device, ctx.timing, ctx.framework)

@@ -5,13 +5,14 @@ so the same case gets the same data on every machine. Values are rounded to the 
 first; the float64 reference is computed from exactly those rounded values (``Guarded.values``),
 so what remains in an error is the kernel's own arithmetic.
 
-Layouts and gapped views are real views of a larger buffer (SPEC.md §3), never ``.contiguous()``
-copies: ``channel_last`` is ``(B, L, C)`` storage transposed, ``channel_slice`` a slice of a
-wider channel dimension (Mamba2's in_proj split), ``row_pad`` padded innermost rows,
-``batch_pad`` a padded batch stride. Every buffer also has a guard band before and after the
-view. All storage the view does not cover is NaN; after the call it must still be NaN (else the
-kernel wrote out of bounds) and the view must hold its values (inputs are not modified).
-Gap sizes are multiples of 8 elements so the views stay legal for vectorised kernels.
+Layouts and gapped views are real views of a larger buffer (docs/spec.md §3, strides from
+``convmatrix.core.layout``), never ``.contiguous()`` copies: ``channel_last`` is ``(B, L, C)``
+storage transposed, ``channel_slice`` a slice of a wider channel dimension (Mamba2's in_proj
+split), ``row_pad`` padded innermost rows, ``batch_pad`` a padded batch stride. Every buffer
+also has a guard band before and after the view. All storage the view does not cover is NaN;
+after the call it must still be NaN (else the kernel wrote out of bounds) and the view must hold
+its values (inputs are not modified). Gap sizes are multiples of 8 elements so the views stay
+legal for vectorised kernels.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
-from convmatrix.matrix.case import Case
+from convmatrix.core.case import Case
+from convmatrix.core.dtypes import torch_dtype
+from convmatrix.core.layout import GUARD, storage_layout
 
 __all__ = [
-    "DTYPES",
     "ForwardInputs",
     "Guarded",
     "UpdateInputs",
@@ -33,17 +35,8 @@ __all__ = [
     "case_seed",
     "place",
     "seq_idx_for",
-    "storage_layout",
 ]
 
-DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
-GUARD = 8  # elements of NaN before and after every view
-_PAD = 8  # gap sizes: extra channels each side of a slice, row padding, batch padding
 _STREAMS = ("x", "weight", "bias", "state", "g", "q", "pool", "cache", "slots")
 
 
@@ -112,26 +105,6 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
-def storage_layout(
-    shape: tuple[int, int, int], layout: str, gap: str | None
-) -> tuple[tuple[int, ...], int, int]:
-    """(strides of the logical (B, C, L) view, storage offset, storage size) for a layout/gap."""
-    batch, dim, length = shape
-    extra = 2 * _PAD if gap == "channel_slice" else 0
-    offset_c = _PAD if gap == "channel_slice" else 0
-    row_pad = _PAD if gap == "row_pad" else 0
-    batch_pad = _PAD if gap == "batch_pad" else 0
-    if layout == "channel_last":  # storage (B, L, C'): channels innermost
-        row = dim + extra + row_pad
-        sb = length * row + batch_pad
-        strides, offset = (sb, 1, row), GUARD + offset_c
-    else:  # storage (B, C', L'): time innermost
-        row = length + row_pad
-        sb = (dim + extra) * row + batch_pad
-        strides, offset = (sb, row, 1), GUARD + offset_c * row
-    return strides, offset, GUARD + batch * sb + GUARD
-
-
 def place(
     name: str,
     values: torch.Tensor,
@@ -197,7 +170,7 @@ class ForwardInputs:
 def _params(case: Case, device: torch.device) -> tuple[Guarded, Guarded | None]:
     """Weight ~ N(0, 1/K) and bias ~ N(0, 1/4): zero-mean pre-activations, so SiLU inputs
     straddle zero; both rounded to the weight dtype."""
-    wdt = DTYPES[case.w_dtype]
+    wdt = torch_dtype(case.w_dtype)
     weight = _randn(case, "weight", (case.dim, case.width), 1 / math.sqrt(case.width))
     wg = place("weight", weight.to(wdt), device)
     if not case.bias:
@@ -208,7 +181,7 @@ def _params(case: Case, device: torch.device) -> tuple[Guarded, Guarded | None]:
 def build_forward(case: Case, device: torch.device | str = "cpu") -> ForwardInputs:
     """x, weight, bias, initial state, seq_idx, and for ``fwd_bwd`` g = dL/dy and q = dL/dF."""
     device = torch.device(device)
-    xdt = DTYPES[case.x_dtype]
+    xdt = torch_dtype(case.x_dtype)
     assert case.seqlen is not None, "forward cases have a seqlen"
     shape = (case.batch, case.dim, case.seqlen)
     x = place("x", _randn(case, "x", shape).to(xdt), device, case.layout, case.gap)
@@ -272,7 +245,7 @@ def _slots(case: Case) -> tuple[int, torch.Tensor | None]:
 def build_update(case: Case, device: torch.device | str = "cpu") -> UpdateInputs:
     """A random state pool (the history), the new tokens of every step, slots and seqlens."""
     device = torch.device(device)
-    xdt = DTYPES[case.x_dtype]
+    xdt = torch_dtype(case.x_dtype)
     assert case.tokens is not None and case.steps is not None and case.state_len is not None
     rows, slots = _slots(case)
     pool_values = _randn(case, "pool", (rows, case.dim, case.state_len)).to(xdt)

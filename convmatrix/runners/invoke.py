@@ -5,7 +5,7 @@ returns every compared output by name; ``reference_outputs`` computes the same n
 from exactly the rounded values the kernel saw. Any exception the kernel raises comes back as
 ``KernelFault`` so the caller can tell a kernel failure from a harness bug.
 
-Output names (``convmatrix.matrix.tolerances.OUTPUTS``): y and F (final state, when asked),
+Output names (``convmatrix.core.tolerances.OUTPUTS``): y and F (final state, when asked),
 dx, dw, db (when bias), dS (when an initial state is given) for ``fwd_bwd``; for ``update`` y
 (all steps' tokens concatenated along time) and state (the pool rows a slot names).
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from convmatrix.core.case import Case
 from convmatrix.kernels.reference import conv_backward, conv_forward
 from convmatrix.kernels.semantics import decode_prefix, pool_rows, write_decode_state
-from convmatrix.matrix.case import Case
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
 
 __all__ = ["KernelFault", "call_forward", "kernel_outputs", "reference_outputs"]

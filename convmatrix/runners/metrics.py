@@ -1,4 +1,4 @@
-"""Error metrics of one output against the float64 reference (SPEC.md §4). Pure numerics.
+"""Error metrics of one output against the float64 reference (docs/spec.md §4). Pure numerics.
 
 For kernel output ``a`` and reference ``r`` (same shape, any dtype; compared in float64):
 
@@ -14,23 +14,14 @@ never compares as "small". 0/0 (an exact zero where the reference is zero) count
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ErrorMetrics", "error_metrics", "rms"]
+from convmatrix.core.records import ErrorMetrics
+
+__all__ = ["error_metrics", "rms"]
 
 F64 = torch.float64
-
-
-@dataclass(frozen=True)
-class ErrorMetrics:
-    e_abs: float
-    e_rel: float
-    e_norm: float
-    tau: float  # the e_rel denominator floor: tau_scale x scale
-    scale: float  # rms of the reference
-    worst_index: list[int] | None  # index of the largest |a - r| (None when empty)
 
 
 def rms(r: torch.Tensor) -> float:

@@ -1,4 +1,4 @@
-"""Property checks besides the numeric comparison (SPEC.md §3), kernel against itself.
+"""Property checks besides the numeric comparison (docs/spec.md §3), kernel against itself.
 
 - guards: the storage around every view is still NaN, inputs hold their values, and an update
   touched no pool row that no slot names;
@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-from convmatrix.matrix.case import Case
-from convmatrix.matrix.tolerances import Tolerances
+from convmatrix.core.case import Case
+from convmatrix.core.records import PropertyResult
+from convmatrix.core.tolerances import Tolerances
+from convmatrix.core.verdict import tolerance_for
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, place
 from convmatrix.runners.invoke import call_forward, grads
 from convmatrix.runners.metrics import error_metrics
-from convmatrix.runners.results import PropertyResult
-from convmatrix.runners.verdict import tolerance_for
 
 __all__ = ["PROPERTIES", "check_guards", "run_properties"]
 

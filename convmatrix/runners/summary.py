@@ -1,20 +1,20 @@
-"""The short text a run ends with: counts by outcome, the worst failures, the run id.
+"""The account of a finished run: counts by outcome, the worst failures, the exit status.
 
-Printed by the pytest plugin's terminal summary, which ``convmatrix run`` shows as its own;
-failure lines come from the one verdict builder (``convmatrix.runners.verdict.describe``).
+``Controller.finish`` builds one ``RunSummary`` per run; ``convmatrix.run`` returns it, the
+pytest plugin prints it, and the exit status is computed from it (``exit_code``), never read
+from anyone's state. Failure lines come from the one verdict builder
+(``convmatrix.core.verdict.describe``), ordered by ``case_severity`` like the run report.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-from convmatrix.runners.results import OUTCOMES, CaseResult
-from convmatrix.runners.verdict import describe, severity
+from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
+from convmatrix.core.verdict import case_severity, describe
 
-__all__ = ["BAD_OUTCOMES", "counts_line", "summary_lines", "worst_failures"]
-
-BAD_OUTCOMES = ("failed", "crashed", "timeout", "error")
+__all__ = ["RunSummary", "counts_line", "worst_failures"]
 
 
 def counts_line(counts: Mapping[str, int]) -> str:
@@ -25,37 +25,51 @@ def counts_line(counts: Mapping[str, int]) -> str:
 
 def worst_failures(results: Iterable[CaseResult], limit: int = 5) -> list[CaseResult]:
     bad = [r for r in results if r.outcome in BAD_OUTCOMES]
-    return sorted(bad, key=severity, reverse=True)[:limit]
+    return sorted(bad, key=case_severity, reverse=True)[:limit]
 
 
-def summary_lines(
-    results: Iterable[CaseResult],
-    *,
-    run_id: int | None,
-    status: str | None,
-    run_counts: Mapping[str, int] | None = None,
-    where: str | None = None,
-    crashed_workers: int = 0,
-    limit: int = 5,
-) -> list[str]:
-    """Lines for the end of a run. ``run_counts`` (from the database) include the results of
-    earlier sessions of a resumed run; without them the session's own counts are shown."""
-    results = list(results)
-    session = Counter(r.outcome for r in results)
-    counts = run_counts if run_counts is not None else session
-    lines = []
-    worst = worst_failures(results, limit)
-    if worst:
-        lines.append(f"worst {len(worst)} of {sum(session[o] for o in BAD_OUTCOMES)} failures:")
-        for result in worst:
-            lines += ["  " + line for line in describe(result)]
-    if crashed_workers:
-        lines.append(f"{crashed_workers} worker(s) died and were replaced")
-    name = "run (not recorded)" if run_id is None else f"run {run_id}"
-    state = f" [{status}]" if status else ""
-    lines.append(f"convmatrix {name}{state}: {counts_line(counts)}")
-    if run_counts is not None and sum(run_counts.values()) != len(results):
-        lines.append(f"  this session: {counts_line(session)}")
-    if where:
-        lines.append(f"  results in {where}")
-    return lines
+@dataclass
+class RunSummary:
+    """One run as it ended. ``counts`` are the run's (a resumed run's earlier sessions
+    included, when a store keeps them); ``session`` this session's own."""
+
+    run_id: int | None
+    status: str  # finished | interrupted
+    counts: dict[str, int]
+    session: dict[str, int]
+    planned: int  # cases this session set out to run
+    worst: list[CaseResult] = field(default_factory=list)  # this session's, worst first
+    where: str | None = None  # where the results are (database URL, password redacted)
+    crashed_workers: int = 0
+    signalled: bool = False  # stopped by SIGINT / SIGTERM
+
+    @property
+    def passed(self) -> bool:
+        """Every case of the run passed or was skipped, and the run is complete."""
+        return self.status == "finished" and not any(self.counts.get(o) for o in BAD_OUTCOMES)
+
+    @property
+    def exit_code(self) -> int:
+        """0 all passed, 1 any failed or the run stopped early, 130 stopped by a signal."""
+        if self.signalled:
+            return 130
+        return 0 if self.passed else 1
+
+    def lines(self) -> list[str]:
+        """The text a run ends with."""
+        lines = []
+        if self.worst:
+            n_bad = sum(self.session.get(o, 0) for o in BAD_OUTCOMES)
+            lines.append(f"worst {len(self.worst)} of {n_bad} failures:")
+            for result in self.worst:
+                lines += ["  " + line for line in describe(result)]
+        if self.crashed_workers:
+            lines.append(f"{self.crashed_workers} worker(s) died and were replaced")
+        name = "run (not recorded)" if self.run_id is None else f"run {self.run_id}"
+        state = f" [{self.status}]" if self.status else ""
+        lines.append(f"convmatrix {name}{state}: {counts_line(self.counts)}")
+        if sum(self.counts.values()) != sum(self.session.values()):
+            lines.append(f"  this session: {counts_line(self.session)}")
+        if self.where:
+            lines.append(f"  results in {self.where}")
+        return lines

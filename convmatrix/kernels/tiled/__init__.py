@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 from convmatrix.kernels.tiled.geometry import (
     DEFAULT_GEOMETRY,
     ENV_VAR,

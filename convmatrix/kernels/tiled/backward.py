@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from convmatrix.kernels.protocol import Geometry
+from convmatrix.core.contract import Geometry
 from convmatrix.kernels.tiled.forward import Operands, accumulate_taps, prepare
 from convmatrix.kernels.tiled.tiles import Placed, token_window
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from convmatrix.kernels.protocol import Geometry
+from convmatrix.core.contract import Geometry
 from convmatrix.kernels.semantics import packed_tap_masks
 from convmatrix.kernels.tiled.tiles import Placed, TilePlan, plan_tiles, token_window
 

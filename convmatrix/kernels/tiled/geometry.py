@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from convmatrix.errors import UsageError
-from convmatrix.kernels.protocol import Geometry
+from convmatrix.core.contract import Geometry
+from convmatrix.core.errors import UsageError
 
 __all__ = ["DEFAULT_GEOMETRY", "ENV_VAR", "geometry_from_env", "make_geometry", "parse_geometry"]
 

@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from convmatrix.core.dtypes import short_name
+
 __all__ = ["CHECKS", "GAPS", "OPS", "Case"]
 
 OPS = ("fwd", "fwd_bwd", "update")
@@ -20,7 +22,7 @@ OPS = ("fwd", "fwd_bwd", "update")
 #   row_pad       - the innermost rows of the storage are padded (stride > extent);
 #   batch_pad     - the batch stride is padded.
 GAPS = ("channel_slice", "row_pad", "batch_pad")
-# Property checks a case may ask for besides the numeric comparison (SPEC.md §3).
+# Property checks a case may ask for besides the numeric comparison (docs/spec.md §3).
 CHECKS = ("causality", "packed_isolation", "chunk_consistency")
 
 # Fields that are not part of a case's identity.
@@ -97,7 +99,7 @@ class Case:
             parts.append(self.gap.replace("_", ""))
         parts.append(self.activation or "noact")
         parts.append("bias" if self.bias else "nobias")
-        parts.append(f"{_short(self.x_dtype)}w{_short(self.w_dtype).lstrip('f')}")
+        parts.append(f"{short_name(self.x_dtype)}w{short_name(self.w_dtype).lstrip('f')}")
         if self.initial_state and self.initial_state != "none":
             parts.append("init" if self.initial_state == "random" else "init0")
         if self.final_state:
@@ -114,7 +116,7 @@ class Case:
 
     # -- what it needs --------------------------------------------------------------------
     def required_features(self) -> frozenset[str]:
-        """Kernel features (see ``convmatrix.kernels.protocol.FEATURES``) this case exercises."""
+        """Kernel features (see ``convmatrix.core.contract.FEATURES``) this case exercises."""
         need: set[str] = set()
         if self.op == "fwd_bwd":
             need.add("backward")
@@ -148,9 +150,3 @@ class Case:
             kwargs["seq_lens"] = tuple(kwargs["seq_lens"])
         kwargs["checks"] = tuple(kwargs.get("checks", ()))
         return cls(**kwargs)
-
-
-def _short(dtype: str) -> str:
-    return {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}.get(
-        dtype, dtype
-    )

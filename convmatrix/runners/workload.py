@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from convmatrix.errors import UsageError
-from convmatrix.matrix.case import Case
+from convmatrix.core.case import Case
+from convmatrix.core.errors import UsageError
+from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.matrix.spec import TimingSettings
-from convmatrix.matrix.tolerances import Policy, Tolerances
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Plan", "combined_identity", "load_plan", "select_cases"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Workload", "combined_identity", "load_workload", "select_cases"]
 
 DEFAULT_TIMEOUT_S = 120.0
 
 
 @dataclass
-class Plan:
+class Workload:
     """One expanded matrix: its cases and how they are judged."""
 
     source: str  # built-in name or absolute path: what a resumed run loads again
@@ -45,7 +45,7 @@ def _canonical_source(source: str) -> str:
     return str(path.resolve()) if path.suffix in (".yaml", ".yml", ".jsonl") else source
 
 
-def _from_jsonl(path: Path) -> Plan:
+def _from_jsonl(path: Path) -> Workload:
     cases = []
     text = path.read_text(encoding="utf-8")
     for number, line in enumerate(text.splitlines(), 1):
@@ -56,10 +56,10 @@ def _from_jsonl(path: Path) -> Plan:
         except (ValueError, TypeError) as exc:
             raise UsageError(f"{path}:{number}: not a case record: {exc}") from exc
     digest = hashlib.sha256(text.encode()).hexdigest()
-    return Plan(str(path.resolve()), path.stem, digest, cases)
+    return Workload(str(path.resolve()), path.stem, digest, cases)
 
 
-def load_plan(source: str, kernel: Any) -> Plan:
+def load_workload(source: str, kernel: Any) -> Workload:
     """Expand ``source`` for ``kernel``; ``UsageError`` (exit 2) names what is wrong."""
     path = Path(source).expanduser()
     if path.suffix == ".jsonl":
@@ -70,7 +70,7 @@ def load_plan(source: str, kernel: Any) -> Plan:
 
     spec = load_matrix(source)
     expansion = spec.expand(kernel)
-    return Plan(
+    return Workload(
         source=_canonical_source(source),
         name=spec.name,
         content_hash=spec.content_hash,
@@ -82,7 +82,7 @@ def load_plan(source: str, kernel: Any) -> Plan:
     )
 
 
-def combined_identity(plans: Sequence[Plan]) -> tuple[str, str]:
+def combined_identity(plans: Sequence[Workload]) -> tuple[str, str]:
     """(matrix name, content hash) of a run over one or more plans."""
     if len(plans) == 1:
         return plans[0].name, plans[0].content_hash

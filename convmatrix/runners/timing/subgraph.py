@@ -1,6 +1,6 @@
 """The ``subgraph`` timing scope: the conv under test inside a small Mamba-style block.
 
-A kernel's advantage can vanish around it (SPEC.md §5), so the third scope times what a model
+A kernel's advantage can vanish around it (docs/spec.md §5), so the third scope times what a model
 runs: ``in_proj`` (a Linear to 2C), the split into x and the gate z, the conv (with the case's
 activation, state, packing), ``y * silu(z)``, ``out_proj`` (a Linear back to d_model), with
 ``d_model = C // 2`` (Mamba's expand = 2). The split follows the case's layout as the two Mamba
@@ -23,10 +23,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from convmatrix.matrix.case import Case
-from convmatrix.runners.inputs import DTYPES, ForwardInputs, UpdateInputs, case_seed
-from convmatrix.runners.perfmodel import Work, work_of
-from convmatrix.runners.scopes import Timed
+from convmatrix.core.case import Case
+from convmatrix.core.dtypes import ITEMSIZE, torch_dtype
+from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, case_seed
+from convmatrix.runners.timing.perfmodel import Work, work_of
+from convmatrix.runners.timing.scopes import Timed
 
 __all__ = ["block_work", "d_model", "subgraph_scope"]
 
@@ -39,7 +40,7 @@ def block_work(case: Case) -> Work:
     """F and D of the block around the conv (see the module docstring)."""
     tokens = case.batch * ((case.tokens if case.op == "update" else case.seqlen) or 0)
     c, d = case.dim, d_model(case)
-    s = torch.empty((), dtype=DTYPES[case.x_dtype]).element_size()
+    s = ITEMSIZE[case.x_dtype]
     flops = 2.0 * tokens * d * 2 * c + 2.0 * tokens * c * d + 5.0 * tokens * c
     moved = s * (tokens * d + 2 * c * d + tokens * 2 * c)  # in_proj: u, W_in in; xz out
     moved += s * 3 * tokens * c  # gate: y, z in; h out
@@ -55,7 +56,7 @@ class _Block:
 
     def __init__(self, case: Case, device: torch.device) -> None:
         gen = torch.Generator().manual_seed(case_seed(case, "x") ^ 0x5EED)
-        dtype = DTYPES[case.x_dtype]
+        dtype = torch_dtype(case.x_dtype)
         c, d = case.dim, d_model(case)
         self.case = case
         self.w_in = (torch.randn(2 * c, d, generator=gen) / math.sqrt(d)).to(device, dtype)

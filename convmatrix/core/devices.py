@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import torch
 
-from convmatrix.errors import UsageError
+from convmatrix.core.errors import UsageError
 
 __all__ = [
     "CPU_CLOCKS",
@@ -36,6 +36,7 @@ __all__ = [
     "accelerator",
     "backend_module",
     "cpu_clock",
+    "cpu_cores",
     "discover",
     "discover_all",
     "peak_memory",
@@ -194,6 +195,13 @@ def discover(kind: str) -> Backend:
     raise UsageError(f"unknown device kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity mask, else the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def discover_all() -> list[Backend]:
     return [discover(kind) for kind in KINDS]
 
@@ -239,7 +247,7 @@ class Timer(Protocol):
 # host (other workers, other CI jobs): wall time measures that sharing as much as the kernel
 # (on a loaded 2-core host the same call measured 2x apart), while the process's CPU time,
 # like a device event, counts only the work done for this call. Timing runs single-threaded
-# under ``process`` (see ``convmatrix.runners.timed``), so the CPU time of a call is its
+# under ``process`` (see ``convmatrix.runners.timing.cases``), so the CPU time of a call is its
 # latency on one idle core.
 CPU_CLOCK_ENV = "CONVMATRIX_CPU_CLOCK"
 CPU_CLOCKS = ("process", "wall")

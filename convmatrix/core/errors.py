@@ -12,6 +12,6 @@ class ConvmatrixError(Exception):
 
 
 class UsageError(ConvmatrixError):
-    """Bad arguments, a malformed matrix, an unknown kernel: exit status 2 (SPEC.md §6)."""
+    """Bad arguments, a malformed matrix, an unknown kernel: exit status 2 (docs/spec.md §6)."""
 
     exit_code = 2

@@ -7,7 +7,7 @@ state, warm-up runs until three consecutive samples agree within ``stable_rel`` 
 ``warmup_max``), and repetitions run until ``budget_s`` of measured time or ``repeats_max``,
 never fewer than ``repeats_min``.
 
-Updates are timed in one of two declared modes (SPEC.md §5): ``reset`` restores the same state
+Updates are timed in one of two declared modes (docs/spec.md §5): ``reset`` restores the same state
 before each repetition, outside the timed region; ``advance`` lets one request keep advancing.
 """
 
@@ -19,14 +19,17 @@ from dataclasses import dataclass
 
 import torch
 
-from convmatrix.runners.devices import synchronize, timer
-from convmatrix.runners.results import TimingResult
+from convmatrix.core.devices import synchronize, timer
+from convmatrix.core.records import TimingResult
 
-__all__ = ["TimingPlan", "measure", "measure_on", "summarize", "time_once", "warm_up"]
+__all__ = ["Sampling", "measure", "measure_on", "summarize", "time_once", "warm_up"]
 
 
 @dataclass(frozen=True)
-class TimingPlan:
+class Sampling:
+    """How many calls a timing makes: warm-up bounds, the agreement that ends warm-up, and
+    the repetitions (at least ``repeats_min``, more until ``budget_s`` or ``repeats_max``)."""
+
     warmup_min: int = 2
     warmup_max: int = 20
     stable_rel: float = 0.10
@@ -62,15 +65,15 @@ def time_once(
     return clock.stop()  # type: ignore[attr-defined]
 
 
-def warm_up(once: Callable[[], float], plan: TimingPlan) -> float:
+def warm_up(once: Callable[[], float], sampling: Sampling) -> float:
     """The cold call's time, after which calls repeat until three agree (bounded)."""
     cold = once()
     recent: list[float] = []
-    for i in range(plan.warmup_max):
+    for i in range(sampling.warmup_max):
         recent = [*recent[-2:], once()]
-        if i + 1 >= plan.warmup_min and len(recent) == 3:
+        if i + 1 >= sampling.warmup_min and len(recent) == 3:
             lo, hi = min(recent), max(recent)
-            if hi - lo <= plan.stable_rel * max(lo, 1e-12):
+            if hi - lo <= sampling.stable_rel * max(lo, 1e-12):
                 break
     return cold
 
@@ -80,20 +83,20 @@ def measure(
     *,
     sync: Callable[[], None],
     new_timer: Callable[[], object],
-    plan: TimingPlan = TimingPlan(),
+    sampling: Sampling = Sampling(),
     setup: Callable[[], None] | None = None,
     scope: str = "op",
     mode: str | None = None,
 ) -> TimingResult:
-    """Time ``fn`` per ``plan``; ``setup`` runs before each call, outside the timed region."""
+    """Time ``fn`` per ``sampling``; ``setup`` runs before each call, outside the timed region."""
 
     def once() -> float:
         return time_once(fn, sync, new_timer, setup)
 
-    cold = warm_up(once, plan)
+    cold = warm_up(once, sampling)
     samples: list[float] = []
-    while len(samples) < plan.repeats_max and (
-        len(samples) < plan.repeats_min or sum(samples) < plan.budget_s
+    while len(samples) < sampling.repeats_max and (
+        len(samples) < sampling.repeats_min or sum(samples) < sampling.budget_s
     ):
         samples.append(once())
     median, low, iqr = summarize(samples)
@@ -112,10 +115,14 @@ def measure(
 def measure_on(
     device: torch.device | str,
     fn: Callable[[], object],
-    plan: TimingPlan = TimingPlan(),
+    sampling: Sampling = Sampling(),
     **kwargs,
 ) -> TimingResult:
     """``measure`` with the device's own synchronisation and timer (events on CUDA/MLU)."""
     return measure(
-        fn, sync=lambda: synchronize(device), new_timer=lambda: timer(device), plan=plan, **kwargs
+        fn,
+        sync=lambda: synchronize(device),
+        new_timer=lambda: timer(device),
+        sampling=sampling,
+        **kwargs,
     )

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from convmatrix.reports.timing_compare import TimingChange, TimingRule
+    from convmatrix.runners.timing.compare import TimingChange, TimingRule
 
 __all__ = ["PooledVerdict", "basis_for", "effective_ratio", "pool", "signed_rank_test"]
 

@@ -4,11 +4,11 @@
 no timing ever runs inside the numeric comparison. Rows produced (``TimingResult.scope``):
 
 - ``kernel`` / ``kernel.bwd`` (or ``kernel~op``), ``op`` / ``op.bwd`` (updates: ``op`` in modes
-  ``reset`` and ``advance``), ``subgraph`` (``convmatrix.runners.scopes``, ``.subgraph``);
+  ``reset`` and ``advance``), ``subgraph`` (``convmatrix.runners.timing.scopes``, ``.subgraph``);
 - ``framework``: the framework path's (``torch``) public call on the same case, side by side
   (absent when the kernel under test is the framework path itself);
 - ``memcpy``: a copy moving the case's D bytes, the yardstick of the bound's memory term;
-- ``fma``, ``gemm``: this process's compute calibration (``convmatrix.runners.calibrate``).
+- ``fma``, ``gemm``: this process's compute calibration (``convmatrix.runners.timing.calibrate``).
 
 For every kernel, op, subgraph and framework row: ``flops``/``bytes_moved`` from the model,
 ``bound_s = max(F / P_eff, t_memcpy(D))`` (the memory term is the measured copy of the same D
@@ -35,25 +35,25 @@ from typing import Any
 
 import torch
 
-from convmatrix.matrix.case import Case
+from convmatrix.core.case import Case
+from convmatrix.core.devices import cpu_clock, synchronize, timer
+from convmatrix.core.records import TimingResult
 from convmatrix.matrix.spec import TimingSettings
-from convmatrix.runners.calibrate import calibration, copy_bytes, copy_call, time_copy
-from convmatrix.runners.devices import cpu_clock, synchronize, timer
 from convmatrix.runners.inputs import build_forward, build_update
-from convmatrix.runners.perfmodel import Work, efficiency, work_of
-from convmatrix.runners.results import TimingResult
-from convmatrix.runners.scopes import Timed, kernel_scopes, op_scopes
-from convmatrix.runners.subgraph import subgraph_scope
-from convmatrix.runners.timing import TimingPlan, summarize, time_once, warm_up
+from convmatrix.runners.timing.calibrate import calibration, copy_bytes, copy_call, time_copy
+from convmatrix.runners.timing.measure import Sampling, summarize, time_once, warm_up
+from convmatrix.runners.timing.perfmodel import Work, efficiency, work_of
+from convmatrix.runners.timing.scopes import Timed, kernel_scopes, op_scopes
+from convmatrix.runners.timing.subgraph import subgraph_scope
 
-__all__ = ["measure_interleaved", "plan_for", "time_case", "timing_threads"]
+__all__ = ["measure_interleaved", "sampling_for", "time_case", "timing_threads"]
 
 
-def plan_for(settings: TimingSettings) -> TimingPlan:
-    """The matrix's ``timing:`` as a ``TimingPlan``: at least ``warmup`` warm-up calls (more, up
+def sampling_for(settings: TimingSettings) -> Sampling:
+    """The matrix's ``timing:`` as a ``Sampling``: at least ``warmup`` warm-up calls (more, up
     to 4x, until three agree within 10%), at least ``repeats`` repetitions and more until
     ``budget_s`` of measured time per scope (at most 10x ``repeats``)."""
-    return TimingPlan(
+    return Sampling(
         warmup_min=max(1, settings.warmup),
         warmup_max=max(1, 4 * settings.warmup),
         repeats_min=settings.repeats,
@@ -85,19 +85,19 @@ class _Bounds:
 
 
 def measure_interleaved(
-    items: Sequence[Timed], device: torch.device, plan: TimingPlan
+    items: Sequence[Timed], device: torch.device, sampling: Sampling
 ) -> list[TimingResult]:
     """Warm each item up (its cold call kept apart), then time them in rounds: each round calls
     every item that still wants samples (fewer than ``repeats_min``, or under ``budget_s`` of
     measured time and ``repeats_max`` calls)."""
     sync, new_timer = partial(synchronize, device), partial(timer, device)
     calls = [partial(time_once, t.fn, sync, new_timer, t.setup) for t in items]
-    colds = [warm_up(call, plan) for call in calls]
+    colds = [warm_up(call, sampling) for call in calls]
     samples: list[list[float]] = [[] for _ in items]
 
     def wants(s: list[float]) -> bool:
-        more = sum(s) < plan.budget_s and len(s) < plan.repeats_max
-        return len(s) < plan.repeats_min or more
+        more = sum(s) < sampling.budget_s and len(s) < sampling.repeats_max
+        return len(s) < sampling.repeats_min or more
 
     while active := [i for i, s in enumerate(samples) if wants(s)]:
         for i in active:
@@ -158,13 +158,13 @@ def time_case(
 def _time_case(
     kernel: Any, case: Case, device: torch.device, settings: TimingSettings, framework: Any
 ) -> list[TimingResult]:
-    plan = plan_for(settings)
+    sampling = sampling_for(settings)
     cal = calibration(device)
     bounds = _Bounds(device, cal.rates.compute, cal.dense)
     work = work_of(case)
     items = _scopes(kernel, framework, case, device)
     copy = Timed("memcpy", copy_call(device, work.bytes), Work(0.0, work.bytes))
-    measured = measure_interleaved([*items, copy], device, plan)
+    measured = measure_interleaved([*items, copy], device, sampling)
     # The interleaved copy of D bytes is the yardstick row and the bound of the conv's own D.
     yard = replace(measured[-1], flops=0.0, bytes_moved=float(copy_bytes(work.bytes)))
     bounds.copies[work.bytes] = yard

@@ -1,4 +1,4 @@
-"""The performance model of SPEC.md §5: ``t >= max(F / P_eff, D / BW_eff)``.
+"""The performance model of docs/spec.md §5: ``t >= max(F / P_eff, D / BW_eff)``.
 
 F counts the arithmetic the operator must do and D the bytes it must move (read every input
 once, write every output once), from a case's shapes alone. P_eff and BW_eff are *measured* on
@@ -15,18 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from convmatrix.core.case import Case
+from convmatrix.core.dtypes import ITEMSIZE
 
-from convmatrix.matrix.case import Case
-
-__all__ = ["Rates", "Work", "efficiency", "lower_bound", "measure_rates", "work_of"]
+__all__ = ["Rates", "Work", "efficiency", "lower_bound", "work_of"]
 
 SILU_FLOPS = 4
 SILU_GRAD_FLOPS = 8
-
-
-def _size(dtype: str) -> int:
-    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
 
 
 @dataclass(frozen=True)
@@ -44,7 +39,7 @@ def _z_flops(case: Case) -> int:
 
 def forward_work(case: Case) -> Work:
     b, c, n, k = case.batch, case.dim, case.seqlen or 0, case.width
-    sx, sw = _size(case.x_dtype), _size(case.w_dtype)
+    sx, sw = ITEMSIZE[case.x_dtype], ITEMSIZE[case.w_dtype]
     silu = case.activation == "silu"
     flops = b * c * n * (_z_flops(case) + SILU_FLOPS * silu)
     state = b * c * (k - 1) * sx
@@ -56,7 +51,7 @@ def forward_work(case: Case) -> Work:
 
 def backward_work(case: Case) -> Work:
     b, c, n, k = case.batch, case.dim, case.seqlen or 0, case.width
-    sx, sw = _size(case.x_dtype), _size(case.w_dtype)
+    sx, sw = ITEMSIZE[case.x_dtype], ITEMSIZE[case.w_dtype]
     silu = case.activation == "silu"
     per = (2 * k - 1) + 2 * k + int(case.bias)
     if silu:
@@ -76,7 +71,7 @@ def update_work(case: Case) -> Work:
     """One decode step of ``tokens`` tokens (the timed unit of an update case)."""
     b, c, t, k = case.batch, case.dim, case.tokens or 0, case.width
     s = case.state_len or (k - 1)
-    sx, sw = _size(case.x_dtype), _size(case.w_dtype)
+    sx, sw = ITEMSIZE[case.x_dtype], ITEMSIZE[case.w_dtype]
     flops = b * c * t * (_z_flops(case) + SILU_FLOPS * (case.activation == "silu"))
     moved = 2 * b * c * t * sx + c * k * sw + case.bias * c * sw
     # history read; the shifting state is rewritten whole, the ring only gets the new tokens
@@ -107,18 +102,3 @@ def lower_bound(work: Work, rates: Rates) -> float:
 
 def efficiency(bound_s: float, measured_s: float) -> float:
     return bound_s / measured_s if measured_s > 0 else float("nan")
-
-
-def measure_rates(device: torch.device | str, nbytes: int = 64 << 20) -> Rates:
-    """Effective bandwidth and fp32 FMA rate on ``device``.
-
-    Bandwidth: a copy of ``nbytes`` into a preallocated buffer (read + write). Compute:
-    16 rounds of ``addcmul_`` on a 256 KiB buffer that stays in cache, so the rate is
-    arithmetic, not memory, bound. (``convmatrix.runners.calibrate`` holds the measurements
-    and caches them per process.)
-    """
-    from convmatrix.runners.calibrate import rates_of, time_copy, time_fma
-    from convmatrix.runners.timing import TimingPlan
-
-    plan = TimingPlan(repeats_min=5, repeats_max=50, budget_s=0.2)
-    return rates_of(time_copy(device, 2 * nbytes, plan), time_fma(device, plan))

@@ -13,25 +13,24 @@ Policy modes are rules chosen from a mapping: ``threshold`` (the table's rel/nor
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from convmatrix.matrix.case import Case
-from convmatrix.matrix.tolerances import PARAM_GRADS, Policy, Tolerance, Tolerances
-from convmatrix.runners.metrics import ErrorMetrics
-from convmatrix.runners.results import CaseResult, OutputMetrics
+from convmatrix.core.case import Case
+from convmatrix.core.dtypes import coarser
+from convmatrix.core.records import BAD_OUTCOMES, CaseResult, ErrorMetrics, OutputMetrics
+from convmatrix.core.tolerances import PARAM_GRADS, Policy, Tolerance, Tolerances
 
 __all__ = [
     "RULES",
+    "case_severity",
     "describe",
     "judge_output",
     "outcome_of",
+    "output_severity",
     "row_dtype",
-    "severity",
     "tolerance_for",
+    "worst",
 ]
-
-# Storage dtypes from finest to coarsest (bfloat16 has fewer mantissa bits than float16).
-_COARSENESS = ("float64", "float32", "float16", "bfloat16")
 
 
 def row_dtype(case: Case, output: str) -> str:
@@ -39,7 +38,7 @@ def row_dtype(case: Case, output: str) -> str:
     gradients dw/db, which are stored in the weight dtype and computed from x-dtype inputs, so
     the coarser of the two bounds their accuracy (x fp32 with bf16 weights: dw is bf16)."""
     if output in PARAM_GRADS:
-        return max(case.x_dtype, case.w_dtype, key=_COARSENESS.index)
+        return coarser(case.x_dtype, case.w_dtype)
     return case.x_dtype
 
 
@@ -139,14 +138,39 @@ def describe(result: CaseResult) -> list[str]:
     return lines
 
 
-def severity(result: CaseResult) -> float:
-    """Ordering key for "worst failures": how far past its limit the worst output is.
+def worst(values: Iterable[float | None]) -> float | None:
+    """The largest value, NaN counting as worst of all (a NaN output is the worst outcome)."""
+    best: float | None = None
+    for v in values:
+        if v is None:
+            continue
+        if math.isnan(v):
+            return math.nan
+        if best is None or v > best:
+            best = v
+    return best
 
-    Crashes, timeouts, harness errors and failures without a numeric excess rank first (inf).
+
+def output_severity(m: OutputMetrics) -> float | None:
+    """How far an output is from its limits: max(e_rel/limit_rel, e_norm/limit_norm).
+
+    Above 1 fails the threshold rule; comparable across dtypes and outputs, unlike raw errors.
+    None when the output has no positive limit (an exact output: there is no ratio to give).
     """
-    if result.outcome in ("passed", "skipped"):
+    return worst(
+        e / lim
+        for e, lim in ((m.e_rel, m.limit_rel), (m.e_norm, m.limit_norm))
+        if lim is not None and lim > 0
+    )
+
+
+def case_severity(result: CaseResult) -> float:
+    """The ordering key of "worst failures", in the terminal and in the report alike: the
+    severity of the worst failing output. Crashes, timeouts, harness errors and failures
+    without a numeric excess rank first (inf); passed and skipped cases are 0."""
+    if result.outcome not in BAD_OUTCOMES:
         return 0.0
-    ratios = [
-        o.e_rel / o.limit_rel if o.limit_rel else math.inf for o in result.outputs if not o.passed
-    ]
-    return max(ratios, default=math.inf)
+    value = worst(output_severity(o) for o in result.outputs if not o.passed)
+    if value is None or math.isnan(value):
+        return math.inf
+    return value

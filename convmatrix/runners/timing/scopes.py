@@ -1,4 +1,4 @@
-"""The three timing scopes of SPEC.md §5, as zero-argument callables over a case's tensors.
+"""The three timing scopes of docs/spec.md §5, as zero-argument callables over a case's tensors.
 
 - ``kernel``: the adapter's core on inputs already in its layout (``kernel.core_call``, see
   ``convmatrix.kernels.corecall``). A kernel without one is timed by its public call on
@@ -11,9 +11,9 @@
   step of ``tokens`` tokens, in mode ``reset`` (the state pool restored before each
   repetition, outside the timed region) and ``advance`` (one request keeps advancing: the
   state shifts, a ring's ``cache_seqlens`` moves on by ``tokens`` between calls).
-- ``subgraph``: ``convmatrix.runners.subgraph``, the conv inside a small Mamba-style block.
+- ``subgraph``: ``convmatrix.runners.timing.subgraph``, the conv inside a small Mamba-style block.
 
-Each ``Timed`` carries its ``Work`` (``convmatrix.runners.perfmodel``) for the lower bound.
+Each ``Timed`` carries its ``Work`` (``convmatrix.runners.timing.perfmodel``) for the lower bound.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
+from convmatrix.core.case import Case
 from convmatrix.kernels.corecall import CoreArgs, core_call_of
-from convmatrix.matrix.case import Case
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
-from convmatrix.runners.perfmodel import Work, backward_work, work_of
+from convmatrix.runners.timing.perfmodel import Work, backward_work, work_of
 
 __all__ = ["FALLBACK", "Timed", "kernel_scopes", "op_scopes"]
 

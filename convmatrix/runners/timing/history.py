@@ -8,7 +8,7 @@ machine was busy that night); a change that persists cannot. For each timing of 
   up to ``window`` (default 5) runs before them, of which at least ``min_baseline`` (3) must
   hold the timing, each median from at least ``min_samples`` (5) repetitions;
 - the value compared is the median divided by the same run's control median (the framework
-  path measured beside it, see ``timing_compare``) when every run involved has one, else the
+  path measured beside it, see ``compare``) when every run involved has one, else the
   median itself;
 - a regression is claimed when *every* recent value is above ``ratio`` (1.1) times the
   baseline's median value AND above the baseline's largest value (outside its whole range),
@@ -24,8 +24,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from convmatrix.reports.timing_compare import TimingRule
-from convmatrix.runners.results import TimingResult
+from convmatrix.core.records import TimingResult
+from convmatrix.runners.timing.compare import TimingRule
 
 __all__ = ["HistoryChange", "HistoryRule", "TimingHistory", "history_regressions"]
 

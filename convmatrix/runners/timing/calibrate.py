@@ -1,6 +1,6 @@
 """Effective rates of the device a process times on: the yardsticks of the performance model.
 
-SPEC.md §5: ``t >= max(F / P_eff, D / BW_eff)`` with *measured* rates, never sheet numbers.
+docs/spec.md §5: ``t >= max(F / P_eff, D / BW_eff)`` with *measured* rates, never sheet numbers.
 
 - ``time_copy(device, D)``: a copy whose traffic is D bytes (D/2 read, D/2 written, into a
   preallocated buffer: page faults of a fresh allocation are not bandwidth). Dao's maintainers
@@ -25,14 +25,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from convmatrix.runners.devices import cpu_clock
-from convmatrix.runners.perfmodel import Rates
-from convmatrix.runners.results import TimingResult
-from convmatrix.runners.timing import TimingPlan, measure_on
+from convmatrix.core.devices import cpu_clock
+from convmatrix.core.records import TimingResult
+from convmatrix.runners.timing.measure import Sampling, measure_on
+from convmatrix.runners.timing.perfmodel import Rates
 
 __all__ = [
     "CALIBRATION_SCOPES",
-    "COPY_PLAN",
+    "COPY_SAMPLING",
     "Calibration",
     "calibration",
     "copy_bytes",
@@ -45,7 +45,9 @@ __all__ = [
 
 # Scopes of the yardstick rows: stored beside the kernel's timings, never judged as the kernel.
 CALIBRATION_SCOPES = ("memcpy", "fma", "gemm")
-COPY_PLAN = TimingPlan(warmup_min=2, warmup_max=10, repeats_min=10, repeats_max=200, budget_s=0.05)
+COPY_SAMPLING = Sampling(
+    warmup_min=2, warmup_max=10, repeats_min=10, repeats_max=200, budget_s=0.05
+)
 DEVICE_COPY_BYTES = 256 << 20  # traffic; 128 MiB a side is past any last-level cache
 _FMA_ELEMENTS, _FMA_ROUNDS = 1 << 16, 16
 _GEMM_N = 256
@@ -66,14 +68,14 @@ def copy_call(device: torch.device | str, nbytes: float) -> Callable[[], object]
 
 
 def time_copy(
-    device: torch.device | str, nbytes: float, plan: TimingPlan = COPY_PLAN
+    device: torch.device | str, nbytes: float, sampling: Sampling = COPY_SAMPLING
 ) -> TimingResult:
     """Time ``copy_call(device, nbytes)``: scope ``memcpy``, ``bytes_moved`` its traffic."""
-    result = measure_on(device, copy_call(device, nbytes), plan, scope="memcpy")
+    result = measure_on(device, copy_call(device, nbytes), sampling, scope="memcpy")
     return replace(result, flops=0.0, bytes_moved=float(copy_bytes(nbytes)))
 
 
-def time_fma(device: torch.device | str, plan: TimingPlan = COPY_PLAN) -> TimingResult:
+def time_fma(device: torch.device | str, sampling: Sampling = COPY_SAMPLING) -> TimingResult:
     """Time rounds of ``addcmul_`` on a cache-resident fp32 buffer (2 flops per element)."""
     a = torch.full((_FMA_ELEMENTS,), 0.5, dtype=torch.float32, device=device)
     acc = torch.zeros_like(a)
@@ -82,16 +84,16 @@ def time_fma(device: torch.device | str, plan: TimingPlan = COPY_PLAN) -> Timing
         for _ in range(_FMA_ROUNDS):
             acc.addcmul_(a, a)
 
-    result = measure_on(device, fma, plan, scope="fma")
+    result = measure_on(device, fma, sampling, scope="fma")
     return replace(result, flops=float(2 * _FMA_ELEMENTS * _FMA_ROUNDS), bytes_moved=0.0)
 
 
-def time_gemm(device: torch.device | str, plan: TimingPlan = COPY_PLAN) -> TimingResult:
+def time_gemm(device: torch.device | str, sampling: Sampling = COPY_SAMPLING) -> TimingResult:
     """Time an fp32 (256 x 256) @ (256 x 256) product (2 * 256^3 flops), operands in cache."""
     n = _GEMM_N
     a = torch.full((n, n), 0.5, dtype=torch.float32, device=device)
     out = torch.empty_like(a)
-    result = measure_on(device, lambda: torch.mm(a, a, out=out), plan, scope="gemm")
+    result = measure_on(device, lambda: torch.mm(a, a, out=out), sampling, scope="gemm")
     return replace(result, flops=float(2 * n**3), bytes_moved=0.0)
 
 
@@ -122,10 +124,10 @@ def rates_of(copy: TimingResult, fma: TimingResult) -> Rates:
 
 def calibration(device: torch.device | str, nbytes: int = DEVICE_COPY_BYTES) -> Calibration:
     """The rates of ``device`` in this process: measured on first use, then cached (per clock
-    and thread count: ``timed.time_case`` calls it single-threaded under the process clock)."""
+    and thread count: ``cases.time_case`` calls it single-threaded under the process clock)."""
     key = f"{torch.device(device)}:{nbytes}:{cpu_clock()}:{torch.get_num_threads()}"
     if key not in _CACHE:
-        plan = TimingPlan(repeats_min=5, repeats_max=50, budget_s=0.2)
-        copy, fma = time_copy(device, nbytes, plan), time_fma(device, plan)
-        _CACHE[key] = Calibration(rates_of(copy, fma), copy, fma, time_gemm(device, plan))
+        sampling = Sampling(repeats_min=5, repeats_max=50, budget_s=0.2)
+        copy, fma = time_copy(device, nbytes, sampling), time_fma(device, sampling)
+        _CACHE[key] = Calibration(rates_of(copy, fma), copy, fma, time_gemm(device, sampling))
     return _CACHE[key]

@@ -18,7 +18,7 @@ The yardstick rows themselves (``framework``, ``memcpy``, ``fma``, ``gemm``) are
 regressions of the kernel; their moves are listed apart (``yardsticks``), as the drift they are.
 
 Runs move more between themselves than a rank test on one second's repetitions can know, so a
-timing that passes all this is finally weighed against the whole pair (``timing_pooled``): it
+timing that passes all this is finally weighed against the whole pair (``pooled``): it
 is claimed when the kernel is slower as a whole (a sign test over the cases) or when it moved
 beyond the pair's own run-to-run noise; otherwise it is listed as ``within_noise``.
 ``benchmarks/bench_timing_aa.py`` measures the false-positive rate of this rule with A/A runs.
@@ -31,8 +31,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from convmatrix.reports.timing_pooled import PooledVerdict, basis_for, pool
-from convmatrix.runners.results import TimingResult
+from convmatrix.core.records import TimingResult
+from convmatrix.runners.timing.pooled import PooledVerdict, basis_for, pool
 
 __all__ = ["TimingChange", "TimingComparison", "TimingRule", "compare_timings", "mann_whitney_u"]
 

@@ -1,4 +1,4 @@
-"""Tolerances are data: a per-(dtype, output) table and the pass policy (SPEC.md §4).
+"""Tolerances are data: a per-(dtype, output) table and the pass policy (docs/spec.md §4).
 
 Errors are measured against the float64 reference computed from the same dtype-rounded inputs,
 so what remains is the kernel's own arithmetic: rounding of the output to its dtype (half an
@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from convmatrix.core.dtypes import UNIT_ROUNDOFF
+
 __all__ = [
     "DEFAULT_TOLERANCES",
     "OUTPUTS",
@@ -32,14 +34,6 @@ __all__ = [
 OUTPUTS = ("y", "F", "dx", "dw", "db", "dS", "state")
 PARAM_GRADS = frozenset({"dw", "db"})
 
-# Unit roundoff (half an ulp at 1.0) of each storage dtype.
-_UNIT_ROUNDOFF = {
-    "float32": 2.0**-24,
-    "float16": 2.0**-11,
-    "bfloat16": 2.0**-8,
-    "float64": 2.0**-53,
-}
-
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -48,7 +42,7 @@ class Tolerance:
 
 
 def _default_row(dtype: str, output: str) -> Tolerance:
-    u = _UNIT_ROUNDOFF[dtype]
+    u = UNIT_ROUNDOFF[dtype]
     # fp32 is the floor: results stored in fp32 still accumulate K products in fp32.
     u = max(u, 2.0**-24)
     factor = 4.0 if output in PARAM_GRADS else 1.0
@@ -56,7 +50,7 @@ def _default_row(dtype: str, output: str) -> Tolerance:
 
 
 DEFAULT_TOLERANCES: Mapping[tuple[str, str], Tolerance] = {
-    (dt, out): _default_row(dt, out) for dt in _UNIT_ROUNDOFF for out in OUTPUTS
+    (dt, out): _default_row(dt, out) for dt in UNIT_ROUNDOFF for out in OUTPUTS
 }
 
 

@@ -1,0 +1,88 @@
+"""``convmatrix.run``: run a matrix against a kernel, record it, return its ``RunSummary``.
+
+The one entry for running a matrix: ``convmatrix run`` calls it and exits with
+``summary.exit_code``; Python callers (CI scripts, notebooks) call it directly::
+
+    summary = convmatrix.run("smoke", "torch", workers=0, db="sqlite:///results.db")
+    assert summary.passed, "\\n".join(summary.lines())
+
+Bad input (an unknown kernel, a malformed matrix, a run ``resume`` does not name) raises
+``UsageError`` before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from convmatrix.core.errors import UsageError
+from convmatrix.runners.summary import RunSummary
+
+__all__ = ["DEVICES", "run", "worker_count"]
+
+DEVICES = ("auto", "cpu", "cuda", "mlu")
+
+
+def worker_count(spec: str | int, device: str) -> int:
+    """``-n``: a number of workers, or ``auto``: one per device (per core on CPU)."""
+    if spec != "auto":
+        try:
+            n = int(spec)
+        except ValueError:
+            raise UsageError(f"-n {spec!r}: give a number of workers or 'auto'") from None
+        if n < 0:
+            raise UsageError(f"-n {n}: the number of workers cannot be negative")
+        return n
+    from convmatrix.core.devices import cpu_cores, discover, resolve_device
+
+    kind = resolve_device(device).type
+    return cpu_cores() if kind == "cpu" else max(1, discover(kind).count)
+
+
+def run(
+    matrix: str | None = None,
+    kernel: str | None = None,
+    *,
+    device: str = "auto",
+    workers: str | int = "auto",
+    db: str | None = None,
+    no_db: bool = False,
+    label: str | None = None,
+    commit: str | None = None,
+    cases: Sequence[str] = (),
+    resume: str | None = None,
+    case_timeout: float | None = None,
+    engine: str = "xdist",
+    verbose: int = 0,
+) -> RunSummary:
+    """Run ``matrix`` (a built-in name or a file) against ``kernel`` (a registered name or
+    ``package.module:attribute``) and record every result in ``db`` (default
+    ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``; nothing with ``no_db``).
+    ``resume`` completes a stored run instead (its matrix and kernel by default)."""
+    if device not in DEVICES and device.split(":")[0] not in DEVICES:
+        raise UsageError(f"--device {device!r}: one of {', '.join(DEVICES)}")
+    if resume and no_db:
+        raise UsageError("--resume needs the database; drop --no-db")
+    if not resume and (not matrix or not kernel):
+        raise UsageError("--matrix and --kernel are required (or --resume RUN)")
+    from convmatrix.runners.controller import RunRequest
+    from convmatrix.runners.engines import make_engine
+    from convmatrix.runners.store import MemoryStore, RunStore
+
+    request = RunRequest(
+        matrix=matrix,
+        kernel=kernel,
+        device=device,
+        label=label,
+        commit=commit,
+        cases=list(cases),
+        resume=resume,
+        case_timeout=case_timeout,
+        workers=worker_count(workers, device),
+    )
+    if no_db:
+        store: RunStore = MemoryStore()
+    else:
+        from convmatrix.db.store import DatabaseStore
+
+        store = DatabaseStore(db)
+    return make_engine(engine, verbose=verbose).run(request, store)

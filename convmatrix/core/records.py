@@ -1,0 +1,145 @@
+"""Plain records of what a run is and what its cases produced: the contract of every layer.
+
+A worker builds a ``CaseResult``; it crosses to the controller as JSON (``to_json`` /
+``from_json``, the one wire form); the database stores its fields as columns of the same
+names (``convmatrix.db.records``) and gives the same record back to the reports. ``RunMeta``
+is what identifies a run (kernel, commit, matrix, device, host) wherever it is recorded.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from convmatrix.core.case import Case
+
+__all__ = [
+    "BAD_OUTCOMES",
+    "OUTCOMES",
+    "CaseResult",
+    "ErrorMetrics",
+    "OutputMetrics",
+    "PropertyResult",
+    "RunMeta",
+    "TimingResult",
+]
+
+# passed/failed: judged (for expect=error cases: raised cleanly / did not);
+# skipped: the kernel lacks a feature or the device cannot run it; crashed: the worker died;
+# timeout: the per-case time limit passed; error: the harness itself raised.
+OUTCOMES = ("passed", "failed", "skipped", "crashed", "timeout", "error")
+# Outcomes that fail a run; "skipped" is neither good nor bad.
+BAD_OUTCOMES = ("failed", "crashed", "timeout", "error")
+
+
+@dataclass(frozen=True)
+class ErrorMetrics:
+    """What is measured of one output against the float64 reference (docs/spec.md §4)."""
+
+    e_abs: float
+    e_rel: float
+    e_norm: float
+    tau: float  # the e_rel denominator floor: tau_scale x scale
+    scale: float  # rms of the reference
+    worst_index: list[int] | None  # index of the largest |a - r| (None when empty)
+
+
+@dataclass
+class OutputMetrics:
+    """One output's measured errors, the framework path's at the same dtype, the limits the
+    verdict applied and the verdict itself (``convmatrix.core.verdict.judge_output``)."""
+
+    output: str  # y, F, dx, dw, db, dS, state
+    e_abs: float
+    e_rel: float
+    e_norm: float
+    tau: float  # the e_rel denominator floor, tau_scale x scale
+    scale: float  # rms of the reference: the data scale tau is recorded with
+    worst_index: list[int] | None = None  # where |a-r| is largest
+    fw_abs: float | None = None  # the framework path (torch) at the same dtype
+    fw_rel: float | None = None
+    fw_norm: float | None = None
+    limit_rel: float | None = None
+    limit_norm: float | None = None
+    passed: bool = True
+
+
+@dataclass
+class PropertyResult:
+    name: str  # causality | packed_isolation | chunk_consistency | guards | ...
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class TimingResult:
+    scope: str  # kernel | op | subgraph
+    median_s: float
+    min_s: float
+    iqr_s: float
+    n: int
+    cold_s: float | None = None
+    samples: list[float] = field(default_factory=list)
+    mode: str | None = None  # update timing: "reset" | "advance"
+    flops: float | None = None
+    bytes_moved: float | None = None
+    bound_s: float | None = None
+    efficiency: float | None = None
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    outcome: str
+    duration_s: float = 0.0
+    message: str | None = None
+    outputs: list[OutputMetrics] = field(default_factory=list)
+    properties: list[PropertyResult] = field(default_factory=list)
+    timings: list[TimingResult] = field(default_factory=list)
+    worker: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["case"] = self.case.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseResult:
+        return cls(
+            case=Case.from_json(data["case"]),
+            outcome=data["outcome"],
+            duration_s=data.get("duration_s", 0.0),
+            message=data.get("message"),
+            outputs=[_record(OutputMetrics, o) for o in data.get("outputs", [])],
+            properties=[_record(PropertyResult, p) for p in data.get("properties", [])],
+            timings=[_record(TimingResult, t) for t in data.get("timings", [])],
+            worker=data.get("worker"),
+        )
+
+
+def _record(cls: type, data: dict[str, Any]) -> Any:
+    """A record from its JSON form; keys the record does not know are ignored."""
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class RunMeta:
+    """What identifies a run: kernel and commit, matrix, device, host, versions, label."""
+
+    kernel: str
+    matrix: str
+    matrix_hash: str
+    device_kind: str = "cpu"
+    device_name: str | None = None
+    kernel_commit: str | None = None
+    kernel_dirty: bool | None = None
+    host: str = field(default_factory=socket.gethostname)
+    versions: dict[str, str | None] = field(default_factory=dict)  # torch, cuda, torch_mlu, ...
+    label: str | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    options: dict[str, Any] = field(default_factory=dict)
+    geometry: dict[str, Any] | None = None
+    n_planned: int | None = None

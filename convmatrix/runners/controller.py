@@ -1,0 +1,246 @@
+"""One run, engine-neutral: what every process of it agrees on, and the one place results land.
+
+- ``RunRequest``: what a person asked for (matrix, kernel, device, cases, resume, ...).
+- ``Prepared``: what the request resolves to (the kernel, the expanded workloads, the device,
+  which cases this session runs). The controller prepares it once (``prepare``), with the
+  store for ``--resume``; every worker rebuilds the same thing from the few values the
+  controller hands it, so controller and workers agree on the cases.
+- ``Controller``: the single recorder of a run (the xdist controller, the Ray driver): each
+  case is recorded once (a timeout result beats the crash report that follows it), results go
+  to the ``RunStore``, and ``finish`` closes the run into a ``RunSummary``.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from convmatrix.core import __version__
+from convmatrix.core.case import Case
+from convmatrix.core.devices import discover, resolve_device
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
+from convmatrix.kernels.registry import KernelSpecError, load
+from convmatrix.runners.execute import Context
+from convmatrix.runners.provenance import kernel_provenance
+from convmatrix.runners.store import RunStore
+from convmatrix.runners.summary import RunSummary, worst_failures
+from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
+
+__all__ = ["Controller", "Prepared", "RunRequest", "Setup", "load_kernel", "prepare", "run_meta"]
+
+
+@dataclass
+class RunRequest:
+    """What a run was asked to do, whatever engine runs it."""
+
+    matrix: str | None = None  # built-in name, matrix file or cases .jsonl
+    kernel: str | None = None  # registered name or package.module:attribute
+    device: str = "auto"
+    label: str | None = None
+    commit: str | None = None  # overrides the kernel's own provenance
+    cases: list[str] = field(default_factory=list)  # --case values (empty: every case)
+    resume: str | None = None  # a stored run to complete
+    case_timeout: float | None = None  # overrides the matrix's per-case limit
+    files: list[str] = field(default_factory=list)  # *.matrix.yaml given to pytest as paths
+    workers: int = 0  # parallel workers (recorded with the run)
+
+
+def load_kernel(spec: str | None) -> Any:
+    """The kernel a ``--kernel`` spec names; ``UsageError`` (exit 2) when it names none."""
+    if not spec:
+        raise UsageError("--kernel is required (e.g. --kernel torch)")
+    try:
+        return load(spec)
+    except KernelSpecError as exc:
+        raise UsageError(f"--kernel: {exc}") from exc
+
+
+@dataclass
+class Prepared:
+    """A run resolved: the same on the controller and on every worker."""
+
+    kernel: Any
+    kernel_spec: str
+    sources: list[str]  # matrix sources to collect (built-in names or absolute paths)
+    wanted: list[str]  # --case values (empty: every case)
+    done: set[str]  # ids a resumed run already holds
+    device_spec: str
+    device: torch.device
+    device_count: int = 1  # devices of the kind workers spread over
+    timeout_s: float | None = None  # --case-timeout overrides the matrix's
+    resume: int | None = None  # the stored run this session completes
+    workloads: dict[str, Workload] = field(default_factory=dict)  # by source
+    by_pytest_id: dict[str, Case] = field(default_factory=dict)
+
+    def workload(self, source: str) -> Workload:
+        """The expanded matrix of ``source`` for this kernel, loaded once."""
+        if source not in self.workloads:
+            self.workloads[source] = load_workload(source, self.kernel)
+            self.by_pytest_id.update((c.pytest_id, c) for c in self.workloads[source].cases)
+        return self.workloads[source]
+
+    def selects(self, case: Case) -> bool:
+        """Whether this session runs ``case`` (same answer on the controller and workers)."""
+        if case.id in self.done:
+            return False
+        return not self.wanted or bool(select_cases([case], self.wanted, strict=False))
+
+    def context(self, workload: Workload) -> Context:
+        return Context(
+            self.kernel, workload.tolerances, workload.policy, self.device, timing=workload.timing
+        )
+
+    def planned(self) -> set[str]:
+        """Ids of the cases this session runs, over every workload loaded so far (the
+        controller loads them all in ``prepare``)."""
+        known = [c for w in self.workloads.values() for c in w.cases]
+        return {c.id for c in select_cases(known, self.wanted, self.done)}
+
+
+def _device(spec: str, spread: bool) -> tuple[torch.device, int]:
+    """(device, how many of its kind workers are spread over)."""
+    device = resolve_device(spec)
+    if not spread or device.type == "cpu":
+        return device, 1
+    if ":" in spec:
+        raise UsageError(f"--device {spec}: with -n give a kind (cuda, mlu); workers spread")
+    return torch.device(device.type), discover(device.type).count
+
+
+def prepare(request: RunRequest, store: RunStore) -> Prepared:
+    """Resolve ``request`` on the controller: the stored run it resumes (one lookup in the
+    store), the kernel, the device, every workload. ``UsageError`` names what is wrong."""
+    sources = [request.matrix] if request.matrix else []
+    kernel_spec, resume = request.kernel, None
+    if request.resume:
+        resume = store.lookup(request.resume)
+        stored = list(resume.matrix_sources)
+        if sources and sources != stored[:1] and not set(sources) <= set(stored):
+            raise UsageError(f"--resume {resume.id}: the run used --matrix {stored}, not {sources}")
+        sources = stored
+        kernel_spec = kernel_spec or resume.kernel_spec or resume.kernel
+    device, count = _device(request.device, request.workers > 0)
+    prepared = Prepared(
+        kernel=load_kernel(kernel_spec),
+        kernel_spec=str(kernel_spec),
+        sources=[s for s in sources if s not in request.files],
+        wanted=list(request.cases),
+        done=set(resume.done) if resume else set(),
+        device_spec=request.device,
+        device=device,
+        device_count=count,
+        timeout_s=request.case_timeout,
+        resume=resume.id if resume else None,
+    )
+    for source in [*sources, *request.files]:
+        prepared.workload(source)
+    return prepared
+
+
+@dataclass
+class Setup:
+    """A run ready to start: the request, what it resolved to, and where results go."""
+
+    request: RunRequest
+    prepared: Prepared
+    store: RunStore
+
+    @classmethod
+    def of(cls, request: RunRequest, store: RunStore) -> Setup:
+        return cls(request, prepare(request, store), store)
+
+    def controller(self) -> Controller:
+        """The run's recorder, with the run opened in the store."""
+        planned = self.prepared.planned()
+        meta = run_meta(self.prepared, self.request, len(planned))
+        return Controller(self.store, meta, planned, self.prepared.resume)
+
+
+def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
+    """What identifies the run in the store (kernel and its commit, matrix, device, versions)."""
+    name, digest = combined_identity(list(prepared.workloads.values()))
+    backend = discover(prepared.device.type)
+    commit, dirty = request.commit, None
+    if not commit:
+        commit, dirty = kernel_provenance(prepared.kernel)
+    describe = getattr(prepared.kernel, "describe", None)
+    versions = {**backend.versions, "convmatrix": __version__}
+    versions["python"] = platform.python_version()
+    return RunMeta(
+        kernel=prepared.kernel.name,
+        matrix=name,
+        matrix_hash=digest,
+        device_kind=prepared.device.type,
+        device_name=backend.devices[0].name if backend.devices else None,
+        kernel_commit=commit,
+        kernel_dirty=dirty,
+        versions=versions,
+        label=request.label,
+        argv=list(sys.argv),
+        options={
+            "kernel_spec": prepared.kernel_spec,
+            "matrix_sources": list(prepared.workloads),
+            "workers": request.workers,
+            "device": prepared.device_spec,
+            "case_timeout_s": prepared.timeout_s,
+            "cases": prepared.wanted,
+        },
+        geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
+        n_planned=planned,
+    )
+
+
+class Controller:
+    """Records a run's results exactly once each and closes the run into a ``RunSummary``."""
+
+    def __init__(self, store: RunStore, meta: RunMeta, planned: set[str], resume: int | None):
+        self.store = store
+        self.planned = planned
+        self.run_id = store.start(meta, resume)
+        self.results: dict[str, CaseResult] = {}
+        self.crashed_workers: Counter[str] = Counter()
+        self.summary: RunSummary | None = None  # set once the run is closed
+
+    def record(self, result: CaseResult) -> bool:
+        """Keep one result; False (and nothing kept) if the case already has one or the run
+        is closed."""
+        if result.case.id in self.results or self.summary is not None:
+            return False
+        self.results[result.case.id] = result
+        self.store.add(result)
+        return True
+
+    def crashed(self, case: Case, worker: str | None, detail: str) -> bool:
+        """Record the in-flight case of a worker that died (unless it already has a result)."""
+        if worker:
+            self.crashed_workers[worker] += 1
+        message = f"the worker process died while running this case ({detail})"
+        return self.record(CaseResult(case=case, outcome="crashed", message=message, worker=worker))
+
+    def finish(self, interrupted: bool, signalled: bool = False) -> RunSummary:
+        """Close the run: ``finished`` when every planned case has a result, else
+        ``interrupted``. Idempotent: a second call returns the first summary."""
+        if self.summary is not None:
+            return self.summary
+        complete = self.planned <= set(self.results)
+        status = "finished" if complete and not interrupted else "interrupted"
+        stored = self.store.finish(status)
+        session = Counter(r.outcome for r in self.results.values())
+        self.summary = RunSummary(
+            run_id=self.run_id,
+            status=status,
+            counts={o: (stored or session).get(o, 0) for o in OUTCOMES},
+            session={o: session.get(o, 0) for o in OUTCOMES},
+            planned=len(self.planned),
+            worst=worst_failures(self.results.values()),
+            where=self.store.where() if self.run_id is not None else None,
+            crashed_workers=sum(self.crashed_workers.values()),
+            signalled=signalled,
+        )
+        return self.summary

@@ -1,0 +1,41 @@
+"""Execution engines: how the cases of a prepared run reach devices and their results return.
+
+Every engine takes a ``RunRequest`` and a ``RunStore`` and returns the run's ``RunSummary``;
+all of them execute a case through ``convmatrix.runners.execute.run_case`` and record through
+one ``Controller``, so the same matrix records the same results whichever engine ran it.
+
+- ``xdist``: pytest-xdist on one host, one worker process per device (``xdist.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from convmatrix.runners.controller import RunRequest
+from convmatrix.runners.store import RunStore
+from convmatrix.runners.summary import RunSummary
+
+__all__ = ["ENGINES", "Engine", "make_engine"]
+
+
+class Engine(Protocol):
+    def run(self, request: RunRequest, store: RunStore) -> RunSummary: ...
+
+
+def _xdist(**options: Any) -> Engine:
+    from convmatrix.runners.engines.xdist import XdistEngine
+
+    return XdistEngine(**options)
+
+
+# Engine name -> factory; each factory imports its engine (and its dependencies) on use.
+ENGINES: dict[str, Callable[..., Engine]] = {"xdist": _xdist}
+
+
+def make_engine(name: str, **options: Any) -> Engine:
+    from convmatrix.core.errors import UsageError
+
+    if name not in ENGINES:
+        raise UsageError(f"--engine {name!r}: choose one of {', '.join(ENGINES)}")
+    return ENGINES[name](**options)

@@ -1,0 +1,96 @@
+"""The ``xdist`` engine: the run as one pytest session, its cases as items on xdist workers.
+
+It prepares the run before pytest starts (a typo is exit 2 with a clear message, not a pytest
+traceback), hands the prepared run to the plugin (``pytest_convmatrix_setup``), runs pytest
+in this process with a neutral configuration and only the plugins a run needs, and returns
+the ``RunSummary`` the plugin announces (``pytest_convmatrix_finished``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from convmatrix.core.errors import ConvmatrixError, UsageError
+from convmatrix.runners.controller import RunRequest, Setup
+from convmatrix.runners.store import RunStore
+from convmatrix.runners.summary import RunSummary
+
+__all__ = ["XdistEngine", "pytest_args"]
+
+_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+
+
+def pytest_args(request: RunRequest, n_cases: int, verbose: int = 0) -> list[str]:
+    """The pytest command line of a run: neutral config, quiet progress, our summary only.
+    The run itself (matrix, kernel, cases, resume) travels prepared, not as options."""
+    args = ["-c", os.devnull, "--rootdir", os.getcwd(), "--noconftest", "--assert=plain"]
+    args += ["-p", "no:cacheprovider", "--tb=no", "-rN"]
+    # Only the plugins a run needs (see _only_our_plugins): xdist and ours.
+    args += ["-p", "xdist.plugin", "-p", "convmatrix.runners.plugin"]
+    args += ["-v"] * verbose if verbose else ["-q"]
+    if request.workers:
+        # A crashed worker is replaced; every case may crash its worker at worst.
+        restarts = n_cases + request.workers
+        args += ["-n", str(request.workers), f"--max-worker-restart={restarts}"]
+    return args
+
+
+@contextlib.contextmanager
+def _only_our_plugins() -> Iterator[None]:
+    """No auto-loaded third-party pytest plugins in the run (workers inherit this too): they
+    cost seconds of start-up and summary time (hypothesis, benchmark, ...) and none applies."""
+    saved = os.environ.get(_AUTOLOAD)
+    os.environ[_AUTOLOAD] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_AUTOLOAD]
+        else:
+            os.environ[_AUTOLOAD] = saved
+
+
+class _Handover:
+    """The engine's side of the plugin's hooks: the prepared run in, the summary out."""
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self.summary: RunSummary | None = None
+
+    def pytest_convmatrix_setup(self, config: pytest.Config) -> Setup:
+        return self.setup
+
+    def pytest_convmatrix_finished(self, config: pytest.Config, summary: RunSummary) -> None:
+        self.summary = summary
+
+
+class XdistEngine:
+    """``verbose``: pytest's -v count; ``extra``: more pytest arguments (tests, debugging)."""
+
+    def __init__(self, verbose: int = 0, extra: Sequence[str] = ()) -> None:
+        self.verbose = verbose
+        self.extra = list(extra)
+
+    def run(self, request: RunRequest, store: RunStore) -> RunSummary:
+        setup = Setup.of(request, store)
+        n_cases = len(setup.prepared.planned())
+        handover = _Handover(setup)
+        args = [*pytest_args(request, n_cases, self.verbose), *self.extra]
+        with _only_our_plugins():
+            code = pytest.main(args, plugins=[handover])
+        return _summary(code, handover.summary)
+
+
+def _summary(code: Any, summary: RunSummary | None) -> RunSummary:
+    if code == pytest.ExitCode.USAGE_ERROR:
+        raise UsageError("pytest refused the run (its message is above)")
+    if summary is None:
+        raise ConvmatrixError(f"the run ended before it was recorded (pytest exit {int(code)})")
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+        print("convmatrix run: nothing to run (every selected case already has a result)")
+    return summary

@@ -1,0 +1,73 @@
+"""Where a run's results go: the ``RunStore`` protocol and ``MemoryStore`` (``--no-db``).
+
+The runners never import the database. The controller records through a store handed to it
+(``convmatrix.db.store.DatabaseStore``: by ``convmatrix.run``, or by the database's pytest
+plugin under a plain ``pytest --matrix ...``); ``--no-db`` gets a ``MemoryStore``, which keeps
+nothing and cannot resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import CaseResult, RunMeta
+
+__all__ = ["MemoryStore", "RunStore", "StoredRun"]
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run a store holds, as much of it as ``--resume`` needs."""
+
+    id: int
+    kernel: str
+    kernel_spec: str | None  # as given to --kernel, when recorded
+    matrix_sources: tuple[str, ...]  # what the run loaded (built-in names or absolute paths)
+    done: frozenset[str]  # ids of the cases that already have a result
+
+
+class RunStore(Protocol):
+    """The controller's only way to keep results (the single writer of a run)."""
+
+    def where(self) -> str | None:
+        """Where results go, for people (a database URL with its password redacted)."""
+        ...
+
+    def lookup(self, spec: str) -> StoredRun:
+        """The run ``spec`` names (id, ``latest``, label, commit); ``UsageError`` if none."""
+        ...
+
+    def start(self, meta: RunMeta, resume: int | None = None) -> int | None:
+        """Open a new run (or reopen ``resume``); its id, or None when nothing is kept."""
+        ...
+
+    def add(self, result: CaseResult) -> None:
+        """Keep one result (a store may buffer; ``finish`` flushes)."""
+        ...
+
+    def finish(self, status: str) -> Mapping[str, int] | None:
+        """Close the run with ``status``; the run's counts by outcome over every session that
+        wrote to it (a resumed run's earlier ones included), or None when nothing is kept."""
+        ...
+
+
+class MemoryStore:
+    """Keeps nothing: the summary counts this session's results (``--no-db``)."""
+
+    def where(self) -> str | None:
+        return None
+
+    def lookup(self, spec: str) -> StoredRun:
+        raise UsageError("--resume needs the database; drop --no-db")
+
+    def start(self, meta: RunMeta, resume: int | None = None) -> int | None:
+        return None
+
+    def add(self, result: CaseResult) -> None:
+        pass
+
+    def finish(self, status: str) -> Mapping[str, int] | None:
+        return None
