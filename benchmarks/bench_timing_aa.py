@@ -30,8 +30,9 @@ import time
 from dataclasses import replace
 
 from convmatrix.db import Session, list_runs, load_results, open_database
-from convmatrix.runners.timing.compare import TimingRule, compare_timings
+from convmatrix.runners.timing.compare import compare_timings
 from convmatrix.runners.timing.history import HistoryRule, history_regressions
+from convmatrix.runners.timing.rules import TimingRule
 
 Timings = dict[str, list]
 

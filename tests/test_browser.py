@@ -19,7 +19,7 @@ from reports_support import XSS, synthetic_results, tile_plus_one_channel_last, 
 
 from convmatrix.cli import main
 from convmatrix.db import open_database
-from convmatrix.reports.render import fmt_num, fmt_pct
+from convmatrix.reports.formatting import fmt_num, fmt_pct
 
 pytestmark = pytest.mark.browser
 

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from convmatrix.core.records import TimingResult
-from convmatrix.runners.timing.compare import TimingRule, compare_timings, mann_whitney_u
+from convmatrix.runners.timing.compare import compare_timings, mann_whitney_u
+from convmatrix.runners.timing.rules import TimingRule
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from convmatrix.kernels import Capabilities, Geometry, KernelBase, load
-from convmatrix.matrix import Case, builtin_names, coverage, load_matrix
+from convmatrix.matrix import Case, builtin_names, coverage, expand_matrix, load_matrix
 
 SPEC_ROWS = (
     "width K",
@@ -33,7 +33,7 @@ SPEC_ROWS = (
 
 @pytest.fixture(scope="module")
 def nightly():
-    return load_matrix("nightly").expand()
+    return expand_matrix(load_matrix("nightly"))
 
 
 def test_builtins_are_shipped():
@@ -42,7 +42,7 @@ def test_builtins_are_shipped():
 
 @pytest.mark.parametrize("kernel", [None, "torch", "reference"])
 def test_nightly_covers_every_value_and_pair(kernel):
-    expansion = load_matrix("nightly").expand(load(kernel) if kernel else None)
+    expansion = expand_matrix(load_matrix("nightly"), load(kernel) if kernel else None)
     cov = coverage(expansion)
     assert [(i.row, i.value) for i in cov.spec if not i.covered] == []
     assert all(i.applicable for i in cov.spec)  # geometry defaults make every row checkable
@@ -60,7 +60,7 @@ def test_nightly_stays_small_enough_for_a_cpu(nightly):
 
 
 def test_smoke_is_small_and_touches_every_dimension():
-    expansion = load_matrix("smoke").expand(load("torch"))
+    expansion = expand_matrix(load_matrix("smoke"), load("torch"))
     assert len(expansion.cases) <= 60
     covered_rows = {i.row for i in coverage(expansion).spec if i.cases}
     assert set(SPEC_ROWS) <= covered_rows
@@ -68,7 +68,7 @@ def test_smoke_is_small_and_touches_every_dimension():
 
 def test_dao_parity_has_upstream_counts():
     """Counts recomputed from upstream's parametrize lists and its skip rule."""
-    counts = load_matrix("dao-parity").expand().counts
+    counts = expand_matrix(load_matrix("dao-parity")).counts
     fwd = 0
     for channel_last, init, final in itertools.product((0, 1), (0, 1), (0, 1)):
         if channel_last or not (init or final):  # upstream: pytest.skip otherwise
@@ -84,7 +84,7 @@ def test_dao_parity_has_upstream_counts():
 
 @pytest.mark.parametrize("name", ["smoke", "nightly", "dao-parity"])
 def test_ids_are_unique_and_recomputable(name):
-    cases = load_matrix(name).expand().cases
+    cases = expand_matrix(load_matrix(name)).cases
     assert len({c.id for c in cases}) == len(cases)
     assert len({c.pytest_id for c in cases}) == len(cases)
     for case in cases[:1000]:
@@ -120,9 +120,9 @@ def test_id_of_a_fixed_case_never_changes():
 
 
 _IDS_SCRIPT = (
-    "from convmatrix.matrix import load_matrix\n"
+    "from convmatrix.matrix import expand_matrix, load_matrix\n"
     "for name in ('nightly', 'smoke'):\n"
-    "    print(name, ' '.join(c.id for c in load_matrix(name).expand().cases))\n"
+    "    print(name, ' '.join(c.id for c in expand_matrix(load_matrix(name)).cases))\n"
 )
 
 
@@ -140,7 +140,7 @@ def test_expansion_is_identical_across_processes():
         )
         outputs.append(proc.stdout)
     assert outputs[0] == outputs[1]
-    local = " ".join(c.id for c in load_matrix("nightly").expand().cases)
+    local = " ".join(c.id for c in expand_matrix(load_matrix("nightly")).cases)
     assert outputs[0].splitlines()[0] == f"nightly {local}"
 
 
@@ -157,7 +157,7 @@ class _Fp32WeightsOnly(KernelBase):
 
 
 def test_kernel_contract_makes_expected_errors_with_the_plain_id(nightly):
-    classified = load_matrix("nightly").expand(_Fp32WeightsOnly())
+    classified = expand_matrix(load_matrix("nightly"), _Fp32WeightsOnly())
     assert [c.id for c in classified.cases] == [c.id for c in nightly.cases]
     changed = 0
     for plain, case in zip(nightly.cases, classified.cases, strict=True):
@@ -186,7 +186,7 @@ def test_readme_example_matrix_expands(tmp_path):
     example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "example.yaml"
     path.write_text(example, encoding="utf-8")
-    expansion = load_matrix(str(path)).expand()
+    expansion = expand_matrix(load_matrix(str(path)))
     assert expansion.cases and not [p for p in coverage(expansion).pairs if not p.complete]
 
 
@@ -194,4 +194,4 @@ def test_readme_example_matrix_expands(tmp_path):
 def test_readme_states_the_case_counts(name):
     row = next(line for line in _readme_section().splitlines() if line.startswith(f"| `{name}`"))
     stated = int(row.split("|")[2])
-    assert stated == len(load_matrix(name).expand().cases)
+    assert stated == len(expand_matrix(load_matrix(name)).cases)

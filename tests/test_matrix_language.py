@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from convmatrix.commands.expand import expand_command
-from convmatrix.matrix import DEFAULT_TOLERANCES, MatrixError, load_matrix
+from convmatrix.matrix import DEFAULT_TOLERANCES, MatrixError, expand_matrix, load_matrix
 from convmatrix.matrix.symbols import parse_expr
 from convmatrix.matrix.values import Packing, resolve_packing
 
@@ -80,7 +80,7 @@ def _oracle_fwd_cases() -> list[dict]:
 
 
 def test_full_strategy_applies_excludes_constraints_and_include():
-    expansion = load_matrix(str(RES / "rules.yaml")).expand()
+    expansion = expand_matrix(load_matrix(str(RES / "rules.yaml")))
     fwd = [c for c in expansion.cases if c.suite == "fwd"]
     keys = ("width", "seqlen", "dim", "layout", "initial_state", "seq_lens")
     got = [{k: getattr(c, k) for k in keys} for c in fwd]
@@ -101,7 +101,7 @@ def test_full_strategy_applies_excludes_constraints_and_include():
 
 
 def test_checks_only_where_they_apply():
-    expansion = load_matrix(str(RES / "rules.yaml")).expand()
+    expansion = expand_matrix(load_matrix(str(RES / "rules.yaml")))
     for case in expansion.cases:
         if case.suite != "fwd":
             continue
@@ -111,7 +111,7 @@ def test_checks_only_where_they_apply():
 
 
 def test_update_fields_and_contract_classification():
-    expansion = load_matrix(str(RES / "rules.yaml")).expand()
+    expansion = expand_matrix(load_matrix(str(RES / "rules.yaml")))
     upd = [c for c in expansion.cases if c.suite == "upd"]
     assert upd
     for case in upd:
@@ -134,13 +134,13 @@ def test_symbols_follow_the_kernel_geometry():
         capabilities = Capabilities(geometry=Geometry(time_tile=8))
 
     spec = load_matrix(str(RES / "rules.yaml"))
-    default = {c.seqlen for c in spec.expand().cases if c.suite == "fwd"}
-    declared = {c.seqlen for c in spec.expand(Tiny()).cases if c.suite == "fwd"}
+    default = {c.seqlen for c in expand_matrix(spec).cases if c.suite == "fwd"}
+    declared = {c.seqlen for c in expand_matrix(spec, Tiny()).cases if c.suite == "fwd"}
     assert GEO["tile"] + 1 in default and 17 not in declared and 9 in declared
 
 
 def test_settings_are_read_with_defaults():
-    expansion = load_matrix(str(RES / "settings.yaml")).expand()
+    expansion = expand_matrix(load_matrix(str(RES / "settings.yaml")))
     assert expansion.tolerances.lookup("bfloat16", "dw").rel == 0.3
     assert (
         expansion.tolerances.lookup("bfloat16", "y").norm
@@ -221,9 +221,9 @@ def test_a_kernel_geometry_may_drop_values_the_matrix_geometry_allows():
         name = "scalar-lanes"
         capabilities = Capabilities(geometry=Geometry(time_tile=4, channel_tile=1, vector_width=1))
 
-    expansion = load_matrix("nightly").expand(Scalar())
+    expansion = expand_matrix(load_matrix("nightly"), Scalar())
     assert expansion.notes and all("vec-1" in note for note in expansion.notes)
     assert min(c.dim for c in expansion.cases) >= 1
     # the same value is fatal when the matrix's own geometry already rules it out
     with pytest.raises(MatrixError, match="no valid case has packed"):
-        load_matrix(str(RES / "bad_packing.yaml")).expand(Scalar())
+        expand_matrix(load_matrix(str(RES / "bad_packing.yaml")), Scalar())

@@ -15,9 +15,10 @@ import random
 import pytest
 
 from convmatrix.core.records import TimingResult
-from convmatrix.runners.timing.compare import TimingRule, compare_timings
+from convmatrix.runners.timing.compare import compare_timings
 from convmatrix.runners.timing.history import HistoryRule, history_regressions
 from convmatrix.runners.timing.pooled import signed_rank_test
+from convmatrix.runners.timing.rules import TimingRule
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

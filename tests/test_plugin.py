@@ -11,7 +11,7 @@ import pytest
 from runner_helpers import TINY, TINY_L7, child_env, pytest_cmd, results, run, runs, tiny_copy
 from sqlalchemy import create_engine, text
 
-from convmatrix.matrix import load_matrix
+from convmatrix.matrix import expand_matrix, load_matrix
 
 
 def by_id(url: str, run_id: int) -> dict:
@@ -48,7 +48,7 @@ def test_xdist_run_records_every_case_and_only_the_controller_writes(tmp_path):
     engine.dispose()
     assert (info.status, info.n_planned, info.counts["passed"]) == ("finished", 4, 4)
     stored = by_id(url, info.id)
-    expected = {c.pytest_id for c in load_matrix(str(TINY)).expand(None).cases}
+    expected = {c.pytest_id for c in expand_matrix(load_matrix(str(TINY))).cases}
     assert set(stored) == expected
     assert {r.worker for r in stored.values()} <= {"gw0", "gw1"}
     assert all(r.outputs for r in stored.values())
@@ -104,7 +104,7 @@ def test_a_hung_kernel_is_a_timeout_recorded_once_and_the_run_goes_on(tmp_path):
 def test_plain_pytest_selects_cases_and_skips_with_reasons(tmp_path):
     """No xdist: one process runs and records; --case selects; missing features skip."""
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    cases = load_matrix(str(TINY)).expand(None).cases
+    cases = expand_matrix(load_matrix(str(TINY))).cases
     update = next(c for c in cases if c.op == "update")
     fwd = [c for c in cases if c.op == "fwd_bwd"]
     args = ["--matrix", str(TINY), "--kernel", "bad_kernels:ForwardOnly", "--db", url, "-rs"]

@@ -21,7 +21,8 @@ from convmatrix.core.records import OutputMetrics
 from convmatrix.core.verdict import output_severity as severity
 from convmatrix.core.verdict import worst
 from convmatrix.reports.dimensions import length_class, length_order
-from convmatrix.reports.render import fmt_num, render_html, write_report
+from convmatrix.reports.formatting import fmt_num
+from convmatrix.reports.render import render_html, write_report
 from convmatrix.reports.run_view import build_run_view
 from convmatrix.reports.viewmodel import RunHeader, to_jsonable
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from convmatrix.commands.arguments import add_db_argument
 from convmatrix.db import current_revision, ensure_schema, head_revision, make_engine, redact_url
 
 __all__ = ["add_arguments", "current_command", "upgrade_command"]
@@ -50,9 +51,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("current", "show the schema revision of the database"),
     ):
         action = actions.add_parser(name, help=help_text)
-        action.add_argument(
-            "--db",
-            metavar="URL",
-            help="SQLAlchemy database URL (default: $CONVMATRIX_DB or sqlite:///convmatrix.db)",
-        )
+        add_db_argument(action)
     parser.set_defaults(handler=lambda args: _ACTIONS[args.action](args.db))

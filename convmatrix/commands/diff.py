@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from convmatrix.commands.report import DB_HELP, RUN_HELP
+from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
 from convmatrix.reports.diff import FAIL_ON, DiffOptions, DiffView, build_diff, summary_text
 from convmatrix.reports.render import write_report
@@ -27,8 +27,8 @@ from convmatrix.reports.source import (
     open_for_reading,
     previous_run,
 )
-from convmatrix.runners.timing.compare import TimingRule
 from convmatrix.runners.timing.history import HistoryRule, TimingHistory, history_regressions
+from convmatrix.runners.timing.rules import TimingRule
 
 __all__ = ["add_arguments", "diff_command", "diff_runs"]
 
@@ -182,5 +182,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timing-confirm", type=int, default=HistoryRule.confirm, metavar="K",
         help="consecutive newest runs (HEAD included) that must all be slower (default 3)",
     )  # fmt: skip
-    parser.add_argument("--db", metavar="URL", help=DB_HELP)
+    add_db_argument(parser)
     parser.set_defaults(handler=diff_command)

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from convmatrix.core.errors import UsageError
-from convmatrix.matrix import Coverage, Expansion, coverage, load_matrix
+from convmatrix.matrix import Coverage, Expansion, coverage, expand_matrix, load_matrix
 
 __all__ = ["add_arguments", "expand_command", "render_coverage", "render_table"]
 
@@ -104,7 +104,7 @@ def expand_command(
             kernel_obj = load(kernel)
         except KernelSpecError as exc:
             raise UsageError(f"--kernel {kernel}: {exc}") from None
-    expansion = spec.expand(kernel_obj)
+    expansion = expand_matrix(spec, kernel_obj)
     try:
         _write(expansion, fmt, show_coverage, out)
     except BrokenPipeError:  # `convmatrix expand nightly | head`: the reader left, not an error

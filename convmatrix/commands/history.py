@@ -16,11 +16,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from convmatrix.commands.report import DB_HELP
+from convmatrix.commands.arguments import add_db_argument
 from convmatrix.core.dtypes import canonical_dtype
 from convmatrix.core.errors import UsageError
 from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db import history, redact_url
+from convmatrix.reports.formatting import fmt_num, fmt_pct
 from convmatrix.reports.history_view import (
     FLAT_COLUMNS,
     HistoryView,
@@ -28,7 +29,6 @@ from convmatrix.reports.history_view import (
     flat_rows,
     parse_since,
 )
-from convmatrix.reports.render import fmt_num, fmt_pct, render_html, write_report
 from convmatrix.reports.source import open_for_reading, run_case_counts
 from convmatrix.reports.viewmodel import to_jsonable
 
@@ -92,16 +92,20 @@ def history_command(args: argparse.Namespace) -> int:
     )
     if not view.runs:
         print(f"history: no run holds metrics for dtype {view.dtype}", file=sys.stderr)
-    if args.format == "html" and args.out is not None:
-        html, data = write_report(view, args.out)
-        print(f"history report: {html} (data: {data})")
-        return 0
-    text = {
-        "table": _table,
-        "csv": _csv,
-        "json": lambda v: json.dumps(to_jsonable(v), indent=1, allow_nan=False) + "\n",
-        "html": render_html,
-    }[args.format](view)
+    if args.format == "html":
+        from convmatrix.reports.render import render_html, write_report  # Jinja2: html only
+
+        if args.out is not None:
+            html, data = write_report(view, args.out)
+            print(f"history report: {html} (data: {data})")
+            return 0
+        text = render_html(view)
+    else:
+        text = {
+            "table": _table,
+            "csv": _csv,
+            "json": lambda v: json.dumps(to_jsonable(v), indent=1, allow_nan=False) + "\n",
+        }[args.format](view)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
@@ -124,5 +128,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, metavar="FILE",
         help="write here instead of stdout (html: the page and its JSON beside it)",
     )  # fmt: skip
-    parser.add_argument("--db", metavar="URL", help=DB_HELP)
+    add_db_argument(parser)
     parser.set_defaults(handler=history_command)

@@ -12,14 +12,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.reports.render import write_report
 from convmatrix.reports.run_view import RunView, build_run_view
 from convmatrix.reports.source import load_run, open_for_reading
 
 __all__ = ["add_arguments", "report_command", "write_run_report"]
-
-DB_HELP = "database URL (default: $CONVMATRIX_DB, else sqlite:///convmatrix.db)"
-RUN_HELP = "a run id, 'latest', a label or a kernel commit (prefix)"
 
 
 def write_run_report(spec: str, out_dir: Path, db: str | None = None) -> tuple[RunView, Path]:
@@ -60,5 +58,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("reports"), metavar="DIR",
         help="directory for the report (default: reports)",
     )  # fmt: skip
-    parser.add_argument("--db", metavar="URL", help=DB_HELP)
+    add_db_argument(parser)
     parser.set_defaults(handler=lambda args: report_command(args.run, args.out, args.db))

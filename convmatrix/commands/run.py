@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from convmatrix.commands.arguments import add_db_argument
 from convmatrix.core.errors import UsageError
 
 __all__ = ["add_arguments", "run_command"]
@@ -56,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", help="registered kernel name or package.module:attribute")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mlu")
     p.add_argument("-n", dest="workers", default="auto", help="worker processes: N or auto")
-    p.add_argument("--db", help="database URL (default: $CONVMATRIX_DB, else sqlite)")
+    add_db_argument(p)
     p.add_argument("--no-db", action="store_true", help="do not record (summary only)")
     p.add_argument("--label", help="free-text label stored with the run")
     p.add_argument("--commit", help="kernel commit (default: git HEAD of the kernel source)")

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from convmatrix.core.case import Case
+from convmatrix.core.contract import DeclaredKernel
 from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.matrix.build import build_case, spec_violation
 from convmatrix.matrix.errors import MatrixError
@@ -25,10 +25,7 @@ from convmatrix.matrix.strategies import Constraint, SearchBudgetExceeded, Space
 from convmatrix.matrix.symbols import SYMBOL_HELP, Expr
 from convmatrix.matrix.values import Packing, Value
 
-if TYPE_CHECKING:
-    from convmatrix.core.contract import DeclaredKernel
-
-__all__ = ["Expansion", "SuiteExpansion", "expand"]
+__all__ = ["Expansion", "SuiteExpansion", "expand_matrix"]
 
 
 @dataclass
@@ -235,8 +232,9 @@ def _classify(case: Case, kernel: DeclaredKernel | None) -> Case:
     return dataclasses.replace(case, expect="error", expect_reason=reason, id=case.id)
 
 
-def expand(spec: MatrixSpec, kernel: DeclaredKernel | None = None) -> Expansion:
-    """All cases of ``spec`` for ``kernel``, suites in file order, deterministic."""
+def expand_matrix(spec: MatrixSpec, kernel: DeclaredKernel | None = None) -> Expansion:
+    """All cases of ``spec`` for ``kernel`` (None: symbols from the matrix's ``geometry:``
+    only), suites in file order, deterministic."""
     declared = kernel.capabilities.geometry.symbols() if kernel is not None else {}
     geometry = {**spec.geometry, **declared}
     source = f"kernel {kernel.name!r}" if kernel is not None else "no kernel given and the matrix"

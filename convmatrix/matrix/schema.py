@@ -34,6 +34,7 @@ from typing import TypeVar
 
 from convmatrix.core.case import CHECKS, OPS
 from convmatrix.core.tolerances import DEFAULT_TOLERANCES, OUTPUTS, Policy, Tolerance, Tolerances
+from convmatrix.core.verdict import RULES
 from convmatrix.matrix.errors import did_you_mean
 from convmatrix.matrix.rules import parse_constraint, parse_exclude
 from convmatrix.matrix.source import YNode
@@ -76,7 +77,7 @@ SUITE_KEYS = (
 )
 _EXPECT = ("ok", "error")
 _TIMEOUT = DEFAULT_TIMEOUT_S
-POLICY_MODES = ("threshold", "framework", "threshold_or_framework")
+POLICY_MODES = tuple(RULES)  # the verdict's rules, by name
 T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

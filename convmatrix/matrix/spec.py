@@ -1,23 +1,18 @@
 """A loaded matrix: frozen, validated records. Nothing downstream reads the YAML again.
 
-``MatrixSpec.expand(kernel)`` turns it into cases for one kernel (symbols resolve against
-that kernel's geometry); see ``convmatrix.matrix.expand``.
+``convmatrix.matrix.expand.expand_matrix(spec, kernel)`` turns it into cases for one kernel
+(symbols resolve against that kernel's geometry).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.matrix.errors import Mark
 from convmatrix.matrix.rules import Rule
 from convmatrix.matrix.values import Value
-
-if TYPE_CHECKING:
-    from convmatrix.core.contract import DeclaredKernel
-    from convmatrix.matrix.expand import Expansion
 
 __all__ = ["IncludeSpec", "MatrixSpec", "SuiteSpec", "TimingSettings"]
 
@@ -96,12 +91,6 @@ class MatrixSpec:
     timeout_s: float
     timing: TimingSettings
     mark: Mark
-
-    def expand(self, kernel: DeclaredKernel | None = None) -> Expansion:
-        """The cases for ``kernel`` (None: symbols from the matrix's ``geometry:`` only)."""
-        from convmatrix.matrix.expand import expand
-
-        return expand(self, kernel)
 
     def suite(self, name: str) -> SuiteSpec:
         for suite in self.suites:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
 from convmatrix.core.tolerances import DEFAULT_TOLERANCES
 from convmatrix.reports.viewmodel import RunHeader
-from convmatrix.runners.timing.compare import TimingComparison, TimingRule, compare_timings
+from convmatrix.runners.timing.compare import TimingComparison, compare_timings
 from convmatrix.runners.timing.history import TimingHistory
+from convmatrix.runners.timing.rules import TimingRule
 
 __all__ = [
     "FAIL_ON",

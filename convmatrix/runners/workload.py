@@ -19,11 +19,9 @@ from typing import Any
 from convmatrix.core.case import Case
 from convmatrix.core.errors import UsageError
 from convmatrix.core.tolerances import Policy, Tolerances
-from convmatrix.matrix.spec import TimingSettings
+from convmatrix.matrix.spec import DEFAULT_TIMEOUT_S, TimingSettings
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Workload", "combined_identity", "load_workload", "select_cases"]
-
-DEFAULT_TIMEOUT_S = 120.0
+__all__ = ["Workload", "combined_identity", "load_workload", "select_cases"]
 
 
 @dataclass
@@ -66,10 +64,10 @@ def load_workload(source: str, kernel: Any) -> Workload:
         if not path.is_file():
             raise UsageError(f"--matrix {source}: no such file")
         return _from_jsonl(path)
-    from convmatrix.matrix import load_matrix  # the matrix language is only needed here
+    from convmatrix.matrix import expand_matrix, load_matrix  # only needed here
 
     spec = load_matrix(source)
-    expansion = spec.expand(kernel)
+    expansion = expand_matrix(spec, kernel)
     return Workload(
         source=_canonical_source(source),
         name=spec.name,

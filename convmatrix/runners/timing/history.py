@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from convmatrix.core.records import TimingResult
-from convmatrix.runners.timing.compare import TimingRule
+from convmatrix.runners.timing.rules import TimingRule
 
 __all__ = ["HistoryChange", "HistoryRule", "TimingHistory", "history_regressions"]
 

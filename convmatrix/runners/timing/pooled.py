@@ -30,10 +30,8 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from convmatrix.runners.timing.compare import TimingChange, TimingRule
+from convmatrix.runners.timing.rules import TimingChange, TimingRule
 
 __all__ = ["PooledVerdict", "basis_for", "effective_ratio", "pool", "signed_rank_test"]
 

@@ -1,0 +1,168 @@
+"""The package's layering, read from its source: every import points down, no file cycles,
+and the commands that never touch a tensor never import torch.
+
+Layers, bottom to top (docs/architecture.md): core, matrix, kernels, runners, db, reports,
+and the command layer (``convmatrix.commands``, ``cli``, ``api``, the package root). Every
+import is walked, including imports inside functions and under ``TYPE_CHECKING``: a lazy
+import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import convmatrix
+
+PACKAGE = Path(convmatrix.__file__).parent
+LAYERS = ("core", "matrix", "kernels", "runners", "db", "reports", "commands")
+TOP = len(LAYERS) - 1  # the command layer: commands, cli, api, __main__ and the root
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _target(module: str, name: str | None) -> str:
+    """The module ``from module import name`` depends on: the submodule when ``name`` is one."""
+    if name is not None and f"{module}.{name}" in MODULES:
+        return f"{module}.{name}"
+    return module
+
+
+def imports_of(module: str) -> set[str]:
+    """Every convmatrix module ``module`` imports, wherever the import statement stands."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("convmatrix")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("convmatrix"):
+            found |= {_target(node.module, a.name) for a in node.names}
+    return found - {module}
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else TOP
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def test_the_layers_cover_every_module():
+    unplaced = [m for m in MODULES if layer(m) == TOP and m.split(".")[1:2] not in (
+        ["commands"], ["cli"], ["api"], ["__main__"], [],
+    )]  # fmt: skip
+    assert not unplaced, f"modules outside every layer: {unplaced}"
+
+
+def test_every_import_points_down():
+    upward = [
+        f"{source} ({LAYERS[layer(source)]}) imports {target} ({LAYERS[layer(target)]})"
+        for source, targets in GRAPH.items()
+        for target in targets
+        if target in MODULES and layer(target) > layer(source)
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_two_files_import_each_other_even_indirectly():
+    # A package's __init__ re-exporting its submodules is not a cycle with them: the edge
+    # from a submodule to its own package's __init__ is the one Python itself follows.
+    graph = defaultdict(set)
+    for source, targets in GRAPH.items():
+        for target in targets:
+            if not source.startswith(target + "."):
+                graph[source].add(target)
+    assert _cycles(dict(graph)) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+PROBE = """
+import sys
+from convmatrix.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+heavy = sorted(m for m in ("torch", "pytest", "alembic") if m in sys.modules)
+print("IMPORTED:" + ",".join(heavy))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["history", "--help"],
+        ["history", "--dtype", "bf16"],
+        ["report", "--help"],
+        ["diff", "--help"],
+        ["expand", "smoke"],
+    ],
+    ids=" ".join,
+)
+def test_commands_that_touch_no_tensor_never_import_torch(argv, tmp_path):
+    db = f"sqlite:///{tmp_path / 'empty.db'}"
+    env_argv = [*argv, "--db", db] if argv[0] == "history" and "--help" not in argv else argv
+    if argv[0] == "history" and "--help" not in argv:
+        subprocess.run(  # an empty database, so history reads a real (empty) schema
+            [sys.executable, "-m", "convmatrix", "db", "upgrade", "--db", db],
+            check=True,
+            capture_output=True,
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *env_argv], capture_output=True, text=True, timeout=120
+    )
+    line = next(x for x in done.stdout.splitlines() if x.startswith("IMPORTED:"))
+    assert line == "IMPORTED:", f"convmatrix {' '.join(argv)} imported {line[9:]}"
