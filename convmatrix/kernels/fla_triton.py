@@ -229,14 +229,12 @@ class FlaKernel(KernelBase):
         if return_final_state:
             check_final_state(runs, width, batch)
         init = None
-        if initial_state is not None:
-            firsts = [i for i, r in enumerate(runs) if r.start == 0 and not r.padding]
-            narrow = initial_state.new_zeros(len(runs), dim, width - 1)
-            if firsts:
-                rows = torch.tensor([runs[i].row for i in firsts], device=x.device)
-                at = torch.tensor(firsts, device=x.device)
-                narrow = narrow.index_copy(0, at, initial_state.index_select(0, rows))
-            init = _wide(narrow)
+        if initial_state is not None:  # to each row's first run, unless it is padding
+            rows = torch.tensor([r.row for r in runs], device=x.device)
+            first = [r.start == 0 and not r.padding for r in runs]
+            keep = torch.tensor(first, dtype=initial_state.dtype, device=x.device)
+            # a product, not a scatter: dS stays defined (zero) when no run takes the state
+            init = _wide(initial_state.index_select(0, rows) * keep[:, None, None])
         y, final = conv.causal_conv1d(
             token_major(x)[None],
             weight,
