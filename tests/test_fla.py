@@ -250,6 +250,21 @@ def test_fla_state_has_w_columns_and_column_0_is_never_read():
     assert torch.allclose(y1, (cache * w).sum(-1), atol=1e-5)  # y from the shifted cache
 
 
+@needs_fla
+@pytest.mark.xfail(
+    strict=True,
+    reason="fla-core 0.6.0 defect: the backward drops d final_state[..., 0] when T >= W "
+    "(ops.py causal_conv1d_bwd_kernel: start_tok = max(0, T - (W - 1)) skips token T-W) but "
+    "passes it on to d initial_state when T < W; invisible to the canonical K-1 state",
+)
+def test_fla_final_state_column_0_gets_its_gradient():
+    conv = _fla()
+    x = torch.randn(1, 9, 4, requires_grad=True)  # T = 9 >= W = 4
+    _, final = conv.causal_conv1d(x, torch.randn(4, 4), output_final_state=True)
+    final[:, :, 0].sum().backward()  # final[..., 0] is x[:, T-W]
+    assert torch.equal(x.grad[0, 9 - 4], torch.ones(4))
+
+
 def _fla():
     kernel = FlaKernel()
     if kernel.availability():
