@@ -366,6 +366,34 @@ def test_update_outside_the_contract_raises():
 # -- through convmatrix ------------------------------------------------------------------------
 
 
+def test_peers_matrix_has_every_dimension_of_nightly_at_small_shapes():
+    from convmatrix.matrix import coverage, load_matrix
+
+    peers, nightly = load_matrix("peers"), load_matrix("nightly")
+    ours = {s.name: s for s in peers.suites}
+    for suite in nightly.suites:
+        assert set(suite.dimensions) <= set(ours[suite.name].dimensions), suite.name
+        assert set(suite.checks) <= set(ours[suite.name].checks), suite.name
+    for kernel in (None, FlaKernel()):
+        expansion = peers.expand(kernel)
+        cov = coverage(expansion)
+        assert [(i.row, i.value) for i in cov.spec if not i.covered] == []
+        assert [p for p in cov.pairs if not p.complete] == []
+        assert [v for v in cov.values if not v.covered] == []
+        assert len(expansion.cases) <= 120
+        assert max(c.seqlen or 0 for c in expansion.cases) <= 2 * 64 + 1
+        assert max(c.dim for c in expansion.cases) <= 33
+    # fla's decode contract (S == K) still leaves one- and several-token updates to run
+    runnable = [
+        c
+        for c in peers.expand(FlaKernel()).cases
+        if c.op == "update" and c.expect == "ok" and not c.circular
+        if c.slots in (None, "identity")
+    ]
+    assert {c.tokens == 1 for c in runnable} == {True, False}
+    assert any(c.steps > 1 for c in runnable) and any(c.slots == "identity" for c in runnable)
+
+
 @needs_fla
 @pytest.mark.slow
 def test_peers_matrix_passes_on_this_machine(tmp_path):
