@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -105,7 +106,7 @@ def _version(dist: str) -> str | None:
 def _load() -> _Loaded:
     """Import fla once per process; never raises (the reason lands in ``availability``)."""
     loaded = _Loaded(versions={"fla-core": _version("fla-core"), "triton": _version("triton")})
-    if loaded.versions["fla-core"] is None:
+    if importlib.util.find_spec("fla") is None:  # looked up without importing anything
         loaded.reason = "fla-core is not installed (pip install 'convmatrix[fla]')"
         return loaded
     if not torch.cuda.is_available():
