@@ -76,8 +76,8 @@ from convmatrix.kernels.protocol import (
 )
 from convmatrix.kernels.semantics import check_forward_args, check_update_args
 
-if TYPE_CHECKING:
-    from convmatrix.matrix.case import Case
+if TYPE_CHECKING:  # the protocol names Case wherever it lives (it moves to convmatrix.core)
+    from convmatrix.kernels.protocol import Case
 
 __all__ = ["FlaKernel", "fla_contract"]
 
