@@ -25,8 +25,10 @@ def install_project(session: nox.Session, *extras: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (SQLite always; PostgreSQL when CONVMATRIX_TEST_PG_URL is set)."""
-    install_project(session, "test")
+    """Run the test suite (SQLite always; PostgreSQL when CONVMATRIX_TEST_PG_URL is set).
+    fla-core and Triton come too: the fla adapter's tests run it under the Triton CPU
+    interpreter (triton is ~1 GB installed; pip keeps the torch pin)."""
+    install_project(session, "test", "fla")
     workers = os.environ.get("CONVMATRIX_TEST_WORKERS", "2")
     session.run("pytest", "-n", workers, *session.posargs)
 

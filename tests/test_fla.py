@@ -19,20 +19,11 @@ import pytest
 import torch
 from test_tiled import _seq_idx, _stored_dtypes, assert_matches, make_problem, run_both
 
+from convmatrix.core import Case
 from convmatrix.kernels import ContractError, load, triton_interpreter
 from convmatrix.kernels.fla_triton import FlaKernel, fla_contract
 from convmatrix.kernels.reference import ReferenceKernel
-
-try:  # the layering refactor moves Case to convmatrix.core, expansion to expand_matrix
-    from convmatrix.core import Case
-
-    from convmatrix.matrix import expand_matrix
-except ImportError:
-    from convmatrix.matrix.case import Case
-
-    def expand_matrix(spec, kernel=None):
-        return spec.expand(kernel)
-
+from convmatrix.matrix import expand_matrix
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_FLA = HAS_TRITON and importlib.util.find_spec("fla") is not None

@@ -19,7 +19,7 @@ fla's API (``fla.modules.causal_conv1d``, read in fla-core 0.6.0's ``ops.py``):
   and otherwise calls ``causal_conv1d`` with the cache as initial state and
   ``output_final_state=True``.
 
-Translation of a canonical call (SPEC.md §2):
+Translation of a canonical call (docs/spec.md §2):
 
 - x ``(B, C, L)`` → ``x.transpose(1, 2)`` (a view, any strides); y comes back contiguous
   ``(B, L, C)`` and is viewed as ``(B, C, L)``;
@@ -61,10 +61,11 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from convmatrix.core.case import Case
 from convmatrix.kernels import triton_interpreter
 from convmatrix.kernels.mlu_ops import boundaries, check_final_state, runs_of, token_major
 from convmatrix.kernels.protocol import (
@@ -75,9 +76,6 @@ from convmatrix.kernels.protocol import (
     KernelBase,
 )
 from convmatrix.kernels.semantics import check_forward_args, check_update_args
-
-if TYPE_CHECKING:  # the protocol names Case wherever it lives (it moves to convmatrix.core)
-    from convmatrix.kernels.protocol import Case
 
 __all__ = ["FlaKernel", "fla_contract"]
 
