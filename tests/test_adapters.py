@@ -66,7 +66,7 @@ def _case(**changes) -> Case:
         ({"layout": "channel_first", "seq_lens": (40, 40)}, (1, 7, 0), "channel-last"),
         ({"seq_lens": (40, 40), "initial_state": "random"}, (1, 6, 2), ">= 1.7.0"),
         ({"seq_lens": (40, 40), "initial_state": "random"}, (1, 7, 0), None),
-        ({"seq_lens": (40, 40), "final_state": True}, (1, 7, 0), "return_final_states"),
+        ({"seq_lens": (40, 40), "final_state": True}, (1, 7, 0), "without packing"),
         ({"op": "fwd", "seq_lens": (40, -8, 32)}, (1, 5, 2), ">= 1.5.3"),
         ({"op": "fwd", "seq_lens": (40, -8, 32)}, (1, 5, 3), None),
         ({"seq_lens": (40, -8, 32)}, (1, 6, 0), "backward through padding"),

@@ -19,6 +19,7 @@ from convmatrix.core.contract import (
     Capabilities,
     ContractError,
     Geometry,
+    StateLens,
 )
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ __all__ = [
     "Geometry",
     "Kernel",
     "KernelBase",
+    "StateLens",
 ]
 
 
