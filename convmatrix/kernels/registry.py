@@ -28,6 +28,7 @@ _BUILTIN = {
     "dao": "convmatrix.kernels.dao:DaoKernel",
     "mlu_vllm": "convmatrix.kernels.mlu_vllm:MluVllmKernel",
     "mlu_fla": "convmatrix.kernels.mlu_fla:MluFlaKernel",
+    "vllm": "convmatrix.kernels.vllm:VllmKernel",
 }
 
 
