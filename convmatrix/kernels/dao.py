@@ -152,6 +152,7 @@ class DaoKernel(KernelBase):
         layout, size = geometry_key
         self.name = "dao" if geometry_key == ("channel_last", 2) else f"dao[{layout},{8 * size}bit]"
         self._geometry = GEOMETRIES[geometry_key]
+        self.source_module = "causal_conv1d"
         self._forced_version = None if version is None else _version(str(version))
         self._module: Any = None
         self._import_error: str | None = None

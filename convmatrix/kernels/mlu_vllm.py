@@ -36,6 +36,7 @@ class MluVllmKernel(KernelBase):
     def __init__(self, ops: MluOps | None = None) -> None:
         self._ops, self._reason = (ops, None) if ops is not None else load_mlu_ops()
         self.name = "mlu_vllm" if ops is None else f"mlu_vllm[{ops.label}]"
+        self.source_module = "torch_mlu_ops" if ops is None else ops.causal_conv1d.__module__
 
     def availability(self) -> str | None:
         return mlu_unavailable(self._ops, self._reason)

@@ -104,7 +104,7 @@ class VllmKernel(KernelBase):
         pad = "" if pad_slot_id == NULL_BLOCK_ID else f"pad{pad_slot_id}"
         suffix = ",".join(p for p in (label, pad) if p)
         self.name = f"vllm[{suffix}]" if suffix else "vllm"
-        self.source_module = "vllm" if ops is None else type(self).__module__
+        self.source_module = "vllm" if ops is None else ops.causal_conv1d_update.__module__
         self.capabilities = Capabilities(
             widths=frozenset({2, 3, 4}),
             update_widths=frozenset({2, 3, 4, 5, 6}),
