@@ -46,6 +46,15 @@ def _package(root: Path, name: str, version: str | None = None) -> Path:
     return pkg
 
 
+def _committed(repo: Path, name: str, version: str) -> str:
+    """A git repository holding kernel package ``name``, committed; its HEAD."""
+    _package(repo, name, version=version)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "kernel")
+    return _git(repo, "rev-parse", "HEAD")
+
+
 @pytest.fixture
 def on_path(monkeypatch):
     def add(root: Path) -> None:
@@ -59,11 +68,7 @@ def on_path(monkeypatch):
 
 def test_a_kernel_in_a_git_checkout_records_that_checkouts_head(tmp_path, on_path):
     repo = tmp_path / "kernel_repo"
-    _package(repo, "cmk_git", version="0.3.0")
-    _git(repo, "init", "-q")
-    _git(repo, "add", "cmk_git")
-    _git(repo, "commit", "-q", "-m", "kernel")
-    head = _git(repo, "rev-parse", "HEAD")
+    head = _committed(repo, "cmk_git", "0.3.0")
     on_path(repo)
     identity = kernel_identity(load("cmk_git:Kernel"))
     assert (identity.module, identity.commit, identity.dirty) == ("cmk_git", head, False)
@@ -110,11 +115,7 @@ def test_run_meta_records_the_kernels_identity_and_commit_overrides_it(
     tmp_path, on_path, monkeypatch
 ):
     repo = tmp_path / "kernel_repo"
-    _package(repo, "cmk_meta", version="0.9.0")
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-q", "-m", "kernel")
-    head = _git(repo, "rev-parse", "HEAD")
+    head = _committed(repo, "cmk_meta", "0.9.0")
     on_path(repo)
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()

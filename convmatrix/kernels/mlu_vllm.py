@@ -17,7 +17,7 @@ import torch
 from convmatrix.kernels.mlu_ops import MluOps, load_mlu_ops, mlu_unavailable
 from convmatrix.kernels.protocol import FEATURES, Capabilities, ContractError, KernelBase
 from convmatrix.kernels.semantics import update_via_forward
-from convmatrix.kernels.vllm_style import final_of_lines, varlen_forward
+from convmatrix.kernels.vllm_style import vllm_style_forward
 
 __all__ = ["MluVllmKernel", "standin"]
 
@@ -41,13 +41,11 @@ class MluVllmKernel(KernelBase):
     def availability(self) -> str | None:
         return mlu_unavailable(self._ops, self._reason)
 
-    def _call(self, x, weight, bias, initial_state, seq_idx, activation):
+    def _fn(self):
         reason = self.availability()
         if reason:
             raise ContractError(f"{self.name} unavailable: {reason}")
-        fn = self._ops.causal_conv1d_fn
-        args = (x, weight, bias, initial_state, seq_idx, activation, self.capabilities.widths)
-        return varlen_forward(fn, *args)
+        return self._ops.causal_conv1d_fn
 
     def forward(
         self,
@@ -60,11 +58,8 @@ class MluVllmKernel(KernelBase):
         return_final_state: bool = False,
         activation: str | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        with torch.no_grad():  # forward only: no autograd graph through the library
-            y, lines, runs = self._call(x, weight, bias, initial_state, seq_idx, activation)
-        if not return_final_state:
-            return y
-        return y, final_of_lines(lines, runs, weight.shape[1], x.shape[0]).to(x.dtype)
+        args = (x, weight, bias, initial_state, seq_idx, activation, self.capabilities.widths)
+        return vllm_style_forward(self._fn(), *args, return_final_state)
 
     def update(
         self,
@@ -78,7 +73,7 @@ class MluVllmKernel(KernelBase):
         state_indices: torch.Tensor | None = None,
     ) -> torch.Tensor:
         def forward(xl, w, b, history, act):
-            return self._call(xl, w, b, history, None, act)[0]
+            return self.forward(xl, w, b, initial_state=history, activation=act)
 
         with torch.no_grad():
             return update_via_forward(

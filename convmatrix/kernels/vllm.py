@@ -55,7 +55,7 @@ from convmatrix.kernels.protocol import (
     KernelBase,
 )
 from convmatrix.kernels.semantics import check_update_args
-from convmatrix.kernels.vllm_style import final_of_lines, varlen_forward
+from convmatrix.kernels.vllm_style import vllm_style_forward
 
 __all__ = ["NULL_BLOCK_ID", "VllmKernel", "VllmOps", "load_vllm_ops", "pad_minus_one", "standin"]
 
@@ -147,15 +147,8 @@ class VllmKernel(KernelBase):
         return_final_state: bool = False,
         activation: str | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        ops = self._require()
-        widths = self.capabilities.widths
-        with torch.no_grad():  # a plain function: no autograd graph through vLLM
-            y, lines, runs = varlen_forward(
-                ops.causal_conv1d_fn, x, weight, bias, initial_state, seq_idx, activation, widths
-            )
-        if not return_final_state:
-            return y
-        return y, final_of_lines(lines, runs, weight.shape[1], x.shape[0]).to(x.dtype)
+        args = (x, weight, bias, initial_state, seq_idx, activation, self.capabilities.widths)
+        return vllm_style_forward(self._require().causal_conv1d_fn, *args, return_final_state)
 
     def _indices(self, state_indices: torch.Tensor | None, batch: int, device: Any) -> Any:
         """(conv_state_indices as vLLM takes them, the pad id for this call). Without slots

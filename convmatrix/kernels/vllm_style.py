@@ -28,10 +28,10 @@ from convmatrix.kernels.mlu_ops import Run, boundaries, check_final_state, runs_
 from convmatrix.kernels.protocol import ContractError
 from convmatrix.kernels.semantics import check_forward_args
 
-__all__ = ["final_of_lines", "varlen_forward"]
+__all__ = ["vllm_style_forward"]
 
 
-def varlen_forward(
+def vllm_style_forward(
     fn: Callable[..., Any],
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -40,39 +40,44 @@ def varlen_forward(
     seq_idx: torch.Tensor | None,
     activation: str | None,
     widths: Collection[int] | None,
-) -> tuple[torch.Tensor, torch.Tensor, list[Run]]:
-    """(y (B, C, L), cache lines (N, C, K-1) after the call, runs) from one call of ``fn``."""
+    return_final_state: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """A canonical forward (``Kernel.forward``'s result) from one call of ``fn``, without
+    autograd (the vLLM-style APIs have no backward)."""
     batch, dim, seqlen, width = check_forward_args(
         x, weight, bias, initial_state, seq_idx, activation
     )
     if widths is not None and width not in widths:
         raise ContractError(f"width {width} not in {sorted(widths)}")
     runs = runs_of(seq_idx, batch, seqlen)
-    lines = x.new_zeros(len(runs), width - 1, dim).transpose(1, 2)
-    has_state = torch.zeros(len(runs), dtype=torch.bool, device=x.device)
-    if initial_state is not None:
-        for i, run in enumerate(runs):
-            if run.start == 0 and not run.padding:
-                lines[i] = initial_state[run.row]
-                has_state[i] = True
-    out = fn(
-        token_major(x).t(),
-        weight,
-        bias,
-        lines,
-        boundaries(runs, seqlen, x.device),
-        cache_indices=torch.arange(len(runs), dtype=torch.int32, device=x.device),
-        has_initial_state=has_state,
-        activation=activation,
-        pad_slot_id=-1,
-    )
+    with torch.no_grad():
+        lines = x.new_zeros(len(runs), width - 1, dim).transpose(1, 2)
+        has_state = torch.zeros(len(runs), dtype=torch.bool, device=x.device)
+        if initial_state is not None:
+            for i, run in enumerate(runs):
+                if run.start == 0 and not run.padding:
+                    lines[i] = initial_state[run.row]
+                    has_state[i] = True
+        out = fn(
+            token_major(x).t(),
+            weight,
+            bias,
+            lines,
+            boundaries(runs, seqlen, x.device),
+            cache_indices=torch.arange(len(runs), dtype=torch.int32, device=x.device),
+            has_initial_state=has_state,
+            activation=activation,
+            pad_slot_id=-1,
+        )
     y = out.t().reshape(batch, seqlen, dim).permute(0, 2, 1)
     if seq_idx is not None:
         y = y * (seq_idx.to(x.device) >= 0)[:, None, :].to(y.dtype)
-    return y, lines, runs
+    if not return_final_state:
+        return y
+    return y, _final_of_lines(lines, runs, width, batch).to(x.dtype)
 
 
-def final_of_lines(lines: torch.Tensor, runs: list[Run], width: int, batch: int) -> torch.Tensor:
+def _final_of_lines(lines: torch.Tensor, runs: list[Run], width: int, batch: int) -> torch.Tensor:
     """The canonical final state (B, C, K-1): the line of each row's last sequence, or
     ``ContractError`` where that differs from the row's last K-1 inputs."""
     check_final_state(runs, width, batch)
