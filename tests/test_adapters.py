@@ -66,7 +66,7 @@ def _case(**changes) -> Case:
         ({"layout": "channel_first", "seq_lens": (40, 40)}, (1, 7, 0), "channel-last"),
         ({"seq_lens": (40, 40), "initial_state": "random"}, (1, 6, 2), ">= 1.7.0"),
         ({"seq_lens": (40, 40), "initial_state": "random"}, (1, 7, 0), None),
-        ({"seq_lens": (40, 40), "final_state": True}, (1, 7, 0), "return_final_states"),
+        ({"seq_lens": (40, 40), "final_state": True}, (1, 7, 0), "without packing"),
         ({"op": "fwd", "seq_lens": (40, -8, 32)}, (1, 5, 2), ">= 1.5.3"),
         ({"op": "fwd", "seq_lens": (40, -8, 32)}, (1, 5, 3), None),
         ({"seq_lens": (40, -8, 32)}, (1, 6, 0), "backward through padding"),
@@ -209,11 +209,12 @@ def test_fla_adapter_builds_cu_seqlens_and_wide_states():
     assert log[1] == ("fla", (2, 16, 8), None)
 
 
+@pytest.mark.parametrize("spec", ["mlu_vllm:standin", "vllm:standin"])  # one API, two ports
 @pytest.mark.parametrize("layout", ["channel_first", "channel_last"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("lens", [None, (5, 11, 17), (7, -3, 23), (-4, 29)])
-def test_vllm_adapter_forward_matches_reference(layout, dtype, lens):
-    kernel = load("convmatrix.kernels.mlu_vllm:standin")
+def test_vllm_adapter_forward_matches_reference(spec, layout, dtype, lens):
+    kernel = load(f"convmatrix.kernels.{spec}")
     p = make_problem(2, 16, 33, 4, seed=4, x_dtype=dtype)
     seq_idx = None if lens is None else _seq_idx(2, lens)
     x = channel_last(p["x"]) if layout == "channel_last" else p["x"]

@@ -9,7 +9,7 @@ re-exported here).
 """
 
 from convmatrix.core.case import Case
-from convmatrix.core.contract import Capabilities, ContractError, Geometry
+from convmatrix.core.contract import Capabilities, ContractError, Geometry, StateLens
 from convmatrix.core.errors import ConvmatrixError, UsageError
 from convmatrix.core.records import (
     BAD_OUTCOMES,
@@ -40,6 +40,7 @@ __all__ = [
     "Policy",
     "PropertyResult",
     "RunMeta",
+    "StateLens",
     "TimingResult",
     "Tolerance",
     "Tolerances",

@@ -1,7 +1,8 @@
 """Kernels under test, the float64 oracle and the framework path (docs/spec.md §2).
 
 - ``protocol``: what a kernel implements (``Kernel``, ``KernelBase``); its declared contract
-  (``Capabilities``, ``Geometry``, ``ContractError``) is plain data in ``convmatrix.core``;
+  (``Capabilities``, ``Geometry``, ``StateLens``, ``ContractError``) is plain data in
+  ``convmatrix.core``;
 - ``registry``: kernels by name (entry points ``convmatrix.kernels``) or module:attribute;
 - ``reference`` (the float64 oracle), ``framework`` (the ``torch`` path), ``tiled`` (the
   seed's MLU design), adapters (``dao``, ``mlu_vllm``, ``mlu_fla``) and helpers.
@@ -21,6 +22,7 @@ __all__ = [
     "Kernel",
     "KernelBase",
     "KernelSpecError",
+    "StateLens",
     "list_kernels",
     "load",
 ]
@@ -33,6 +35,7 @@ _LAZY = {
     "Kernel": "convmatrix.kernels.protocol",
     "KernelBase": "convmatrix.kernels.protocol",
     "KernelSpecError": "convmatrix.kernels.registry",
+    "StateLens": "convmatrix.core.contract",
     "list_kernels": "convmatrix.kernels.registry",
     "load": "convmatrix.kernels.registry",
 }

@@ -38,11 +38,13 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from convmatrix.core.case import Case
+from convmatrix.core.contract import STATE_LEN_K
 from convmatrix.core.layout import storage_layout
 from convmatrix.kernels.protocol import Capabilities, ContractError, Geometry, KernelBase
 
@@ -50,6 +52,7 @@ __all__ = [
     "GEOMETRIES",
     "DaoKernel",
     "channel_first",
+    "dao_capabilities",
     "dao_contract",
 ]
 
@@ -87,18 +90,31 @@ def _channel_last_reason(dim: int, strides: tuple[int, ...] | None) -> str | Non
     return None
 
 
+def dao_capabilities(geometry: Geometry | None = None, legacy: bool = False) -> Capabilities:
+    """The part of causal-conv1d's contract that is plain data: widths 2-4, final states only
+    without ``seq_idx``, its exception types; with the first, one-token
+    ``causal_conv1d_update`` (``legacy``) also one token per call and a (B, C, K) state."""
+    caps = Capabilities(
+        widths=frozenset({2, 3, 4}),
+        final_state="unpacked",
+        geometry=geometry or GEOMETRIES[("channel_last", 2)],
+        error_types=(RuntimeError, AssertionError, NotImplementedError),
+    )
+    return replace(caps, max_update_tokens=1, state_lens=STATE_LEN_K) if legacy else caps
+
+
 def dao_contract(case: Case, version: tuple[int, ...] = LATEST, legacy: bool = False) -> str | None:
-    """Why causal-conv1d ``version`` rejects ``case`` (see the module docstring), or None.
+    """Why causal-conv1d ``version`` rejects ``case`` (see the module docstring), or None:
+    the declared part (``dao_capabilities``), then the rules of layouts, strides and versions.
 
     ``legacy``: the installed ``causal_conv1d_update`` has the first, one-token signature.
     """
-    if case.width not in (2, 3, 4):
-        return f"width {case.width} not in [2, 3, 4]"
+    declared = dao_capabilities(legacy=legacy).contract_violation(case)
+    if declared:
+        return declared
     packed = case.seq_lens is not None
     padding = packed and any(n < 0 for n in case.seq_lens)
     if case.op == "update":
-        if legacy and (case.tokens != 1 or case.state_len != case.width):
-            return "this causal_conv1d_update takes one token and a (B, C, K) state"
         if legacy and (case.circular or (case.slots and case.slots != "identity")):
             return "this causal_conv1d_update has no cache_seqlens / conv_state_indices"
         if case.slots == "permuted_pad" and version < (1, 5, 3):
@@ -113,8 +129,6 @@ def dao_contract(case: Case, version: tuple[int, ...] = LATEST, legacy: bool = F
         return "seq_idx, initial_states and final_states need the channel-last layout"
     if packed and has_state and version < (1, 7, 0):
         return "seq_idx with initial_states needs causal-conv1d >= 1.7.0"
-    if packed and case.final_state:
-        return "seq_idx with return_final_states is rejected by the interface"
     if padding and version < (1, 5, 3):
         return "padding tokens (negative seq_idx) need causal-conv1d >= 1.5.3"
     if padding and case.op == "fwd_bwd" and version < (1, 7, 0):
@@ -137,11 +151,8 @@ class DaoKernel(KernelBase):
     ) -> None:
         layout, size = geometry_key
         self.name = "dao" if geometry_key == ("channel_last", 2) else f"dao[{layout},{8 * size}bit]"
-        self.capabilities = Capabilities(
-            widths=frozenset({2, 3, 4}),
-            geometry=GEOMETRIES[geometry_key],
-            error_types=(RuntimeError, AssertionError, NotImplementedError),
-        )
+        self._geometry = GEOMETRIES[geometry_key]
+        self.source_module = "causal_conv1d"
         self._forced_version = None if version is None else _version(str(version))
         self._module: Any = None
         self._import_error: str | None = None
@@ -176,9 +187,13 @@ class DaoKernel(KernelBase):
             return False
         return "cache_seqlens" not in inspect.signature(module.causal_conv1d_update).parameters
 
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        """Declared from the installed update's signature (imports causal_conv1d lazily)."""
+        return dao_capabilities(self._geometry, self._legacy_update())
+
     def contract_violation(self, case: Case) -> str | None:
-        base = self.capabilities.contract_violation(case)
-        return base or dao_contract(case, self.version(), self._legacy_update())
+        return dao_contract(case, self.version(), self._legacy_update())
 
     def describe(self) -> Mapping[str, Any]:
         module = self._load()

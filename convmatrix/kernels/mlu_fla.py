@@ -29,7 +29,7 @@ from convmatrix.kernels.mlu_ops import (
     runs_of,
     token_major,
 )
-from convmatrix.kernels.protocol import FEATURES, Capabilities, ContractError, KernelBase
+from convmatrix.kernels.protocol import Capabilities, ContractError, KernelBase
 from convmatrix.kernels.semantics import check_forward_args, update_via_forward
 
 __all__ = ["MluFlaKernel", "standin"]
@@ -44,14 +44,12 @@ def _wide_state(states: torch.Tensor, width: int) -> torch.Tensor:
 class MluFlaKernel(KernelBase):
     """``MluFlaKernel()`` uses torch_mlu_ops; ``MluFlaKernel(ops)`` another implementation."""
 
-    capabilities = Capabilities(
-        features=FEATURES - {"final_state"},
-        error_types=(ValueError, AssertionError),
-    )
+    capabilities = Capabilities(final_state="none", error_types=(ValueError, AssertionError))
 
     def __init__(self, ops: MluOps | None = None) -> None:
         self._ops, self._reason = (ops, None) if ops is not None else load_mlu_ops()
         self.name = "mlu_fla" if ops is None else f"mlu_fla[{ops.label}]"
+        self.source_module = "torch_mlu_ops" if ops is None else ops.causal_conv1d.__module__
 
     def availability(self) -> str | None:
         return mlu_unavailable(self._ops, self._reason)

@@ -1,9 +1,11 @@
 """The kernel protocol: what every kernel under test declares and implements.
 
 A kernel is held to the semantics of docs/spec.md §2 through two canonical, Dao-compatible calls,
-``forward`` and ``update``. It *declares* its contract (widths, dtype pairs, layouts, features,
-tile geometry) so the matrix can classify a case the kernel is not meant to accept as an
-expected-error case instead of sending it to numeric comparison.
+``forward`` and ``update``. It *declares* its contract (``Capabilities``: widths, dtype pairs,
+layouts, features, tile geometry, decode state lengths, tokens per update, its final state
+under packing, outputs written into inputs, its pad slot id) so the matrix can classify a case
+the kernel is not meant to accept as an expected-error case instead of sending it to numeric
+comparison, and the runners never call it outside what it declares.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ from convmatrix.core.contract import (
     ALL_DTYPE_PAIRS,
     FEATURES,
     LAYOUTS,
+    STATE_LEN_ANY,
+    STATE_LEN_K,
+    STATE_LEN_K_MINUS_1,
     Capabilities,
     ContractError,
     Geometry,
+    StateLens,
 )
 
 if TYPE_CHECKING:
@@ -28,11 +34,15 @@ __all__ = [
     "ALL_DTYPE_PAIRS",
     "FEATURES",
     "LAYOUTS",
+    "STATE_LEN_ANY",
+    "STATE_LEN_K",
+    "STATE_LEN_K_MINUS_1",
     "Capabilities",
     "ContractError",
     "Geometry",
     "Kernel",
     "KernelBase",
+    "StateLens",
 ]
 
 
@@ -85,6 +95,9 @@ class KernelBase:
 
     name: str = "kernel"
     capabilities: Capabilities = Capabilities()
+    # The module whose code is under test, for the run's recorded version and commit
+    # (``runners.provenance``): an adapter names the library it calls; None: the class's module.
+    source_module: str | None = None
 
     def availability(self) -> str | None:
         return None

@@ -29,6 +29,7 @@ _BUILTIN = {
     "mlu_vllm": "convmatrix.kernels.mlu_vllm:MluVllmKernel",
     "mlu_fla": "convmatrix.kernels.mlu_fla:MluFlaKernel",
     "fla": "convmatrix.kernels.fla_triton:FlaKernel",
+    "vllm": "convmatrix.kernels.vllm:VllmKernel",
 }
 
 

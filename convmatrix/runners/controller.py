@@ -27,7 +27,7 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
 from convmatrix.kernels.registry import KernelSpecError, load
 from convmatrix.runners.execute import Context
-from convmatrix.runners.provenance import kernel_provenance
+from convmatrix.runners.provenance import kernel_identity
 from convmatrix.runners.store import RunStore
 from convmatrix.runners.summary import RunSummary, worst_failures
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
@@ -166,12 +166,13 @@ def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
     """What identifies the run in the store (kernel and its commit, matrix, device, versions)."""
     name, digest = combined_identity(list(prepared.workloads.values()))
     backend = discover(prepared.device.type)
-    commit, dirty = request.commit, None
-    if not commit:
-        commit, dirty = kernel_provenance(prepared.kernel)
+    identity = kernel_identity(prepared.kernel)
+    commit, dirty = (request.commit, None) if request.commit else identity.recorded()
     describe = getattr(prepared.kernel, "describe", None)
     versions = {**backend.versions, "convmatrix": __version__}
     versions["python"] = platform.python_version()
+    if identity.distribution and identity.version:  # the kernel's own, e.g. causal-conv1d
+        versions[identity.distribution] = identity.version
     return RunMeta(
         kernel=prepared.kernel.name,
         matrix=name,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from convmatrix.core.case import Case
-from convmatrix.core.contract import ContractError
+from convmatrix.core.contract import Capabilities, ContractError
 from convmatrix.core.records import CaseResult, ErrorMetrics
 from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.core.verdict import judge_output, outcome_of, tolerance_for
@@ -57,13 +57,18 @@ def skip_reason(kernel: Any, case: Case) -> str | None:
     return None
 
 
-def build_inputs(case: Case, device: torch.device) -> ForwardInputs | UpdateInputs:
-    return build_update(case, device) if case.op == "update" else build_forward(case, device)
+def build_inputs(
+    case: Case, device: torch.device, contract: Capabilities | None = None
+) -> ForwardInputs | UpdateInputs:
+    """A case's tensors, as the kernel declaring ``contract`` takes them (slot ids)."""
+    if case.op == "update":
+        return build_update(case, device, contract)
+    return build_forward(case, device)
 
 
 def _expect_error(case: Case, ctx: Context) -> tuple[str, str]:
     """(outcome, message) of an expected-error case: call once and look at what comes back."""
-    inputs = build_inputs(case, ctx.device)
+    inputs = build_inputs(case, ctx.device, ctx.kernel.capabilities)
     accepted = (ContractError, *tuple(ctx.kernel.capabilities.error_types))
     try:
         if isinstance(inputs, UpdateInputs):
@@ -101,7 +106,8 @@ def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
     if type(ctx.kernel) is TorchKernel:  # the torch path itself: no second run
         return own
     try:
-        return kernel_outputs(ctx.framework, case, build_inputs(case, ctx.device))
+        fw_inputs = build_inputs(case, ctx.device, ctx.framework.capabilities)
+        return kernel_outputs(ctx.framework, case, fw_inputs)
     except KernelFault:
         return None
 
@@ -146,10 +152,10 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
     elif case.expect == "error":
         result.outcome, result.message = _expect_error(case, ctx)
     else:
-        inputs = build_inputs(case, ctx.device)
+        inputs = build_inputs(case, ctx.device, ctx.kernel.capabilities)
         try:
             got = kernel_outputs(ctx.kernel, case, inputs)
-            result.properties.append(check_guards(inputs))
+            result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
             ref = reference_outputs(case, inputs)
             fw = _framework_outputs(case, ctx, got)
             result.outputs = _metrics(case, ctx, got, ref, fw)
@@ -160,6 +166,6 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
         except KernelFault as exc:
             result.outcome, result.message = "failed", str(exc)
             if not result.properties:
-                result.properties.append(check_guards(inputs))
+                result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
     result.duration_s = time.perf_counter() - start
     return result

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from convmatrix.core.case import Case
+from convmatrix.core.contract import Capabilities
 from convmatrix.core.dtypes import torch_dtype
 from convmatrix.core.layout import GUARD, storage_layout
 
@@ -209,9 +210,10 @@ def build_forward(case: Case, device: torch.device | str = "cpu") -> ForwardInpu
 class UpdateInputs:
     """Tensors of an ``update`` case: ``steps`` calls of ``tokens`` new tokens each.
 
-    ``pool`` (P, C, S) is the state pool, written in place; ``slots`` the state_indices (or
-    None), ``cache_seqlens`` one (B,) tensor per step (ring buffer) or None. ``named_rows`` are
-    the pool rows some live slot names; every other row must be left untouched.
+    ``pool`` (P, C, S) is the state pool, written in place; ``slots`` the state_indices as the
+    kernel takes them (or None), its padding rows marked ``pad_slot_id``; ``cache_seqlens``
+    one (B,) tensor per step (ring buffer) or None. ``named_rows`` are the pool rows some live
+    slot names; every other row must be left untouched.
     """
 
     pool: Guarded
@@ -221,18 +223,28 @@ class UpdateInputs:
     slots: torch.Tensor | None
     cache_seqlens: list[torch.Tensor] | None
     named_rows: list[int]
+    pad_slot_id: int = -1
 
     def guarded(self) -> list[Guarded]:
         extra = [self.bias] if self.bias is not None else []
         return [self.pool, *self.xs, self.weight, *extra]
 
+    def canonical_slots(self) -> torch.Tensor | None:
+        """``slots`` in docs/spec.md §2's convention (padding rows -1), for the reference."""
+        if self.slots is None or self.pad_slot_id < 0:
+            return self.slots
+        return torch.where(self.slots == self.pad_slot_id, -1, self.slots)
 
-def _slots(case: Case) -> tuple[int, torch.Tensor | None]:
+
+def _slots(case: Case, contract: Capabilities) -> tuple[int, torch.Tensor | None]:
     """(pool rows, state_indices). Pools are larger than the batch when slots are mapped, so
-    some rows belong to no slot; ``permuted_pad`` marks odd rows (row 0 when B=1) as pad -1."""
+    some rows belong to no slot; ``permuted_pad`` marks odd rows (row 0 when B=1) as pad -1.
+    ``identity`` hands a kernel without slot support no state_indices and a pool of B rows."""
     if not case.slots:
         return case.batch, None
     if case.slots == "identity":
+        if "slot_indices" not in contract.features:
+            return case.batch, None
         return case.batch + 1, torch.arange(case.batch, dtype=torch.int32)
     pool = case.batch + 2
     perm = torch.randperm(pool, generator=_gen(case, "slots"))[: case.batch].to(torch.int32)
@@ -242,13 +254,36 @@ def _slots(case: Case) -> tuple[int, torch.Tensor | None]:
     return pool, perm
 
 
-def build_update(case: Case, device: torch.device | str = "cpu") -> UpdateInputs:
-    """A random state pool (the history), the new tokens of every step, slots and seqlens."""
+def _reserve_row(
+    pool: torch.Tensor, slots: torch.Tensor, pad: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Make pool row ``pad`` (>= 0, e.g. vLLM's null block 0) a row no live slot names, and
+    mark padding slots with it: rows from ``pad`` on move down one, a zero row takes its place
+    (the guards then check the kernel leaves it alone)."""
+    rows = torch.arange(pool.shape[0])
+    moved = rows + (rows >= pad)
+    new = pool.new_zeros((max(pool.shape[0], pad) + 1, *pool.shape[1:]))
+    new[moved] = pool
+    live = slots >= 0
+    return new, torch.where(live, slots + (slots >= pad).to(slots.dtype), pad).to(slots.dtype)
+
+
+def build_update(
+    case: Case, device: torch.device | str = "cpu", contract: Capabilities | None = None
+) -> UpdateInputs:
+    """A random state pool (the history), the new tokens of every step, slots and seqlens,
+    as ``contract`` (the kernel's; default: docs/spec.md §2's) takes slots."""
     device = torch.device(device)
+    contract = contract or Capabilities()
     xdt = torch_dtype(case.x_dtype)
     assert case.tokens is not None and case.steps is not None and case.state_len is not None
-    rows, slots = _slots(case)
+    rows, slots = _slots(case, contract)
     pool_values = _randn(case, "pool", (rows, case.dim, case.state_len)).to(xdt)
+    pad = contract.pad_slot_id
+    if slots is not None and pad >= 0:
+        pool_values, slots = _reserve_row(pool_values, slots, pad)
+    elif slots is not None:
+        slots = torch.where(slots < 0, pad, slots).to(slots.dtype)
     pool = place("conv_state", pool_values, device)
     total = case.tokens * case.steps
     x_all = _randn(case, "x", (case.batch, case.dim, total)).to(xdt)
@@ -273,6 +308,6 @@ def build_update(case: Case, device: torch.device | str = "cpu") -> UpdateInputs
     if slots is None:
         named = list(range(case.batch))
     else:
-        named = sorted({int(s) for s in slots.tolist() if s >= 0})
+        named = sorted({int(s) for s in slots.tolist() if s >= 0 and s != pad})
         slots = slots.to(device)
-    return UpdateInputs(pool, xs, weight, bias, slots, seqlens, named)
+    return UpdateInputs(pool, xs, weight, bias, slots, seqlens, named, pad)

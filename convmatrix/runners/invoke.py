@@ -180,7 +180,8 @@ def _reference_forward(case: Case, fi: ForwardInputs) -> dict[str, torch.Tensor]
 def _reference_update(case: Case, ui: UpdateInputs) -> dict[str, torch.Tensor]:
     """y of every new token from one forward over the whole history; the state after all
     steps by replaying the (exact) state writes."""
-    slots = None if ui.slots is None else ui.slots.cpu()
+    slots = ui.canonical_slots()
+    slots = None if slots is None else slots.cpu()
     live, rows = pool_rows(slots, case.batch, torch.device("cpu"))
     x_all = torch.cat([x.values for x in ui.xs], dim=2)
     state = ui.pool.values.index_select(0, rows)

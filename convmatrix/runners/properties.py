@@ -20,23 +20,32 @@ from typing import Any
 import torch
 
 from convmatrix.core.case import Case
+from convmatrix.core.contract import Capabilities
 from convmatrix.core.records import PropertyResult
 from convmatrix.core.tolerances import Tolerances
 from convmatrix.core.verdict import tolerance_for
+from convmatrix.runners.applicability import not_applicable, refused_call, split_point
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, place
-from convmatrix.runners.invoke import call_forward, grads
+from convmatrix.runners.invoke import KernelFault, call_forward, grads
 from convmatrix.runners.metrics import error_metrics
 
-__all__ = ["PROPERTIES", "check_guards", "run_properties"]
+__all__ = ["PROPERTIES", "check_guards", "run_properties", "run_property"]
 
 
-def check_guards(inputs: ForwardInputs | UpdateInputs) -> PropertyResult:
-    """Gaps still NaN, inputs unchanged, unnamed pool rows unchanged."""
+def check_guards(
+    inputs: ForwardInputs | UpdateInputs, contract: Capabilities | None = None
+) -> PropertyResult:
+    """Gaps still NaN, inputs unchanged, unnamed pool rows unchanged. An update that declares
+    y written into x (``contract.inplace_y``) may change x's values, never its gaps."""
+    update = isinstance(inputs, UpdateInputs)
+    y_in_x = update and "update" in (contract or Capabilities()).inplace_y
     problems = [p for g in inputs.guarded() if (p := g.gap_damage())]
     for g in inputs.guarded():
-        if isinstance(inputs, UpdateInputs) and g is inputs.pool:
+        if update and g is inputs.pool:
             rows = [r for r in range(g.values.shape[0]) if r not in inputs.named_rows]
             problem = g.value_damage(rows) if rows else None
+        elif y_in_x and any(g is x for x in inputs.xs):
+            problem = None
         else:
             problem = g.value_damage()
         if problem:
@@ -112,30 +121,14 @@ def packed_isolation(
     return PropertyResult("packed_isolation", problem is None, problem or "odd samples unchanged")
 
 
-def _split_point(case: Case, ids: torch.Tensor | None, length: int) -> int | None:
-    """A split s in [1, L) where tokens max(0, s-K+1)..s share one live sequence (the carried
-    state then belongs to chunk 2's first sequence, as in the whole call); nearest L/2."""
-    for s in sorted(range(1, length), key=lambda s: abs(s - length // 2)):
-        if ids is None:
-            return s
-        window = ids[max(0, s - case.width + 1) : s + 1]
-        if bool((window == window[0]).all()) and int(window[0]) >= 0:
-            return s
-    return None
-
-
 def chunk_consistency(
     kernel: Any, case: Case, tol: Tolerances, device: torch.device
 ) -> PropertyResult:
-    need = {"initial_state", "final_state"} | ({"backward"} if case.op == "fwd_bwd" else set())
-    missing = need - set(kernel.capabilities.features)
-    if missing:
-        return PropertyResult("chunk_consistency", True, f"not run: kernel lacks {sorted(missing)}")
     fi = build_forward(case, device)
     ids = None if fi.seq_idx is None else fi.seq_idx[0].cpu()
-    s = _split_point(case, ids, fi.x.values.shape[2])
+    s = split_point(case, ids, fi.x.values.shape[2])
     if s is None:
-        return PropertyResult("chunk_consistency", True, "not run: no split inside a sample")
+        return not_applicable("chunk_consistency", "no split inside a sample")
     backward = case.op == "fwd_bwd"
     state = (
         fi.initial_state.view
@@ -187,10 +180,24 @@ PROPERTIES: dict[str, Callable[[Any, Case, Tolerances, torch.device], PropertyRe
 }
 
 
+def run_property(
+    name: str, kernel: Any, case: Case, tol: Tolerances, device: torch.device
+) -> PropertyResult:
+    """One check, only if the kernel's contract accepts every call it makes (else not
+    applicable, with the reason); a kernel that raises fails this check alone, by name."""
+    refused = refused_call(kernel, name, case)
+    if refused:
+        return not_applicable(name, refused)
+    try:
+        return PROPERTIES[name](kernel, case, tol, device)
+    except KernelFault as exc:
+        return PropertyResult(name, False, str(exc))
+
+
 def run_properties(
     kernel: Any, case: Case, tol: Tolerances, device: torch.device
 ) -> list[PropertyResult]:
-    """The property checks ``case.checks`` asks for that apply to its op.
+    """The property checks ``case.checks`` asks for that apply to its op, each recorded.
 
     Updates are already compared token by token against the whole-history forward, which is
     their chunk consistency; forward-only properties do not apply to them.
@@ -198,4 +205,4 @@ def run_properties(
     if case.op == "update":
         return []
     checks = [c for c in case.checks if c != "packed_isolation" or case.seq_lens is not None]
-    return [PROPERTIES[name](kernel, case, tol, device) for name in checks]
+    return [run_property(name, kernel, case, tol, device) for name in checks]

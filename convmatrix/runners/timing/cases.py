@@ -62,8 +62,11 @@ def sampling_for(settings: TimingSettings) -> Sampling:
     )
 
 
-def _inputs(case: Case, device: torch.device) -> Any:
-    return build_update(case, device) if case.op == "update" else build_forward(case, device)
+def _inputs(case: Case, device: torch.device, kernel: Any) -> Any:
+    """Fresh inputs as ``kernel`` takes them (its declared slot convention)."""
+    if case.op == "update":
+        return build_update(case, device, kernel.capabilities)
+    return build_forward(case, device)
 
 
 class _Bounds:
@@ -119,11 +122,11 @@ def _with_bound(result: TimingResult, item: Timed, bounds: _Bounds) -> TimingRes
 
 def _scopes(kernel: Any, framework: Any, case: Case, device: torch.device) -> list[Timed]:
     """Every scope, each on its own fresh inputs (an update scope mutates its state pool)."""
-    timed = kernel_scopes(kernel, case, _inputs(case, device))
-    timed += op_scopes(kernel, case, _inputs(case, device))
-    timed.append(subgraph_scope(kernel, case, _inputs(case, device)))
+    timed = kernel_scopes(kernel, case, _inputs(case, device, kernel))
+    timed += op_scopes(kernel, case, _inputs(case, device, kernel))
+    timed.append(subgraph_scope(kernel, case, _inputs(case, device, kernel)))
     if framework is not None and type(framework) is not type(kernel):
-        for item in op_scopes(framework, case, _inputs(case, device)):
+        for item in op_scopes(framework, case, _inputs(case, device, framework)):
             if item.scope == "op":
                 timed.append(replace(item, scope="framework"))
     return timed

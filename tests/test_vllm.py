@@ -1,0 +1,147 @@
+"""The ``vllm`` adapter on a machine without vLLM or a GPU: availability, its declared contract,
+the stand-in of vLLM's API (convmatrix.kernels.vllm_standin) following the conventions read in
+vLLM's source, and the adapter's translation against it.
+
+Numeric checks reuse test_tiled's judge: the (dtype, output) tolerance rows against the
+float64 reference from the same rounded inputs (fp32: ~1.9e-6 relative); state copies bit for
+bit (the update only moves values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_tiled import assert_matches, make_problem
+
+from convmatrix.core.case import Case
+from convmatrix.kernels import ContractError, load
+from convmatrix.kernels.reference import ReferenceKernel, reference_forward
+from convmatrix.kernels.vllm import NULL_BLOCK_ID, VllmKernel, standin
+from convmatrix.kernels.vllm_standin import causal_conv1d_update
+from convmatrix.matrix import expand_matrix, load_matrix
+from convmatrix.runners.execute import Context, run_case
+
+
+def test_without_a_gpu_or_vllm_it_says_why_and_refuses_calls():
+    kernel = load("vllm")
+    reason = kernel.availability()
+    if torch.cuda.is_available():  # a CUDA machine: vLLM itself decides
+        pytest.skip("CUDA present: availability depends on the installed vllm")
+    assert reason == "needs a CUDA device (torch.cuda.is_available() is False)"
+    with pytest.raises(ContractError, match="unavailable"):
+        kernel.forward(torch.randn(1, 8, 4), torch.randn(8, 4))
+    assert kernel.source_module == "vllm"
+
+
+def test_declared_contract():
+    caps = standin().capabilities
+    assert caps.widths == {2, 3, 4} and caps.update_widths == {2, 3, 4, 5, 6}
+    assert {"backward", "ring_buffer"}.isdisjoint(caps.features)
+    assert (str(caps.state_lens), caps.final_state) == ("S == K-1", "per_sequence")
+    assert caps.inplace_y == {"update"} and caps.pad_slot_id == NULL_BLOCK_ID == 0
+    assert load("convmatrix.kernels.vllm:pad_minus_one").capabilities.pad_slot_id == -1
+    update = Case("t", "update", 5, 16, 2, tokens=3, steps=1, state_len=4)
+    assert caps.contract_violation(update) is None  # width 5: the update's, not the forward's
+    assert "S == K-1" in caps.contract_violation(dataclasses.replace(update, state_len=5))
+    assert "width 5" in caps.contract_violation(Case("t", "fwd", 5, 16, 2, seqlen=9))
+
+
+# -- the stand-in follows vLLM's update conventions ----------------------------------------
+
+
+def test_standin_update_shifts_only_the_first_k_minus_1_columns_and_writes_y_into_x():
+    gen = torch.Generator().manual_seed(0)
+    dim, width, tokens = 8, 4, 2
+    x = torch.randn(3, dim, tokens, generator=gen)
+    w = torch.randn(dim, width, generator=gen)
+    state = torch.randn(5, dim, width + 2, generator=gen)  # wider than K-1
+    before = state.clone()
+    x_in = x.clone()
+    y = causal_conv1d_update(
+        x_in, state, w, None, True, conv_state_indices=torch.tensor([4, -1, 0]), pad_slot_id=-1
+    )
+    assert y.data_ptr() == x_in.data_ptr()  # out = x
+    assert torch.equal(y[1], x[1])  # the pad row's output is left as it was
+    for row, line in ((0, 4), (2, 0)):
+        history = before[line : line + 1, :, : width - 1]
+        ref = reference_forward(
+            x[row : row + 1].double(),
+            w.double(),
+            None,
+            initial_state=history.double(),
+            activation="silu",
+        )
+        assert torch.allclose(y[row : row + 1].double(), ref, atol=1e-5)
+        assert torch.equal(
+            state[line, :, : width - 1],
+            torch.cat([before[line, :, tokens : width - 1], x[row]], dim=1),
+        )
+        assert torch.equal(state[line, :, width - 1 :], before[line, :, width - 1 :])
+    untouched = [1, 2, 3]
+    assert torch.equal(state[untouched], before[untouched])
+    with pytest.raises(ValueError, match="conv_state_indices is required"):
+        causal_conv1d_update(x, state, w)
+
+
+# -- the adapter's translation against the stand-in ----------------------------------------
+# (its forward, shared with mlu_vllm, is checked in test_adapters.py for both ports)
+
+
+@pytest.mark.parametrize("pad", [0, -1])
+@pytest.mark.parametrize("width", [2, 4, 6])
+@pytest.mark.parametrize(("tokens", "slots"), [(1, False), (3, False), (2, True)])
+def test_update_matches_reference(pad, width, tokens, slots):
+    kernel = VllmKernel(standin()._require(), pad_slot_id=pad)
+    p = make_problem(3, 8, tokens, width, seed=6)
+    pool = torch.randn(6, 8, width - 1, generator=torch.Generator().manual_seed(8))
+    pool = pool if slots else pool[:3].clone()
+    indices = torch.tensor([4, pad, 1], dtype=torch.int32) if slots else None
+    canonical = None if indices is None else torch.where(indices == pad, -1, indices)
+    pools = {"kernel": pool.clone(), "ref": pool.clone()}
+    x = p["x"].clone()
+    y = kernel.update(x, pools["kernel"], p["w"], p["b"], activation="silu", state_indices=indices)
+    y_ref = ReferenceKernel().update(
+        p["x"], pools["ref"], p["w"], p["b"], activation="silu", state_indices=canonical
+    )
+    assert_matches({"y": y}, {"y": y_ref.double()}, {"y": "float32"})
+    assert torch.equal(pools["kernel"], pools["ref"])
+    if slots:
+        assert torch.equal(y[1], torch.zeros_like(y[1]))  # the padding row outputs 0
+
+
+def test_update_refuses_what_it_declares_it_cannot_do():
+    kernel = standin()
+    p = make_problem(2, 8, 1, 4, seed=7)
+    for state_len, match in ((4, "S == K-1"), (2, "state_len 2 < width-1")):
+        with pytest.raises(ContractError, match=match):
+            kernel.update(p["x"], torch.zeros(2, 8, state_len), p["w"])
+    with pytest.raises(ContractError, match="cache_seqlens"):
+        kernel.update(
+            p["x"], torch.zeros(2, 8, 3), p["w"], cache_seqlens=torch.zeros(2, dtype=torch.int32)
+        )
+    with pytest.raises(ContractError, match="padding is 0"):
+        kernel.update(p["x"], torch.zeros(3, 8, 3), p["w"], state_indices=torch.tensor([1, -1]))
+    with pytest.raises(ContractError, match="width 7"):
+        kernel.update(torch.randn(2, 8, 1), torch.zeros(2, 8, 6), torch.randn(8, 7))
+
+
+def test_every_in_contract_nightly_case_without_backward_passes():
+    """Updates (slots, pad rows on the null block, y into x) and packed forwards of nightly."""
+    kernel = standin()
+    cases = [
+        c
+        for c in expand_matrix(load_matrix("nightly"), kernel).cases
+        if c.op == "update" or (c.op == "fwd" and c.seq_lens)
+    ]
+    results = [run_case(c, Context(kernel)) for c in cases]
+    bad = [
+        r.case.pytest_id + ": " + str(r.message)
+        for r in results
+        if r.outcome != "passed" and r.outcome != "skipped"
+    ]
+    assert not bad
+    passed = {r.case.op for r in results if r.outcome == "passed" and r.case.expect == "ok"}
+    assert passed == {"update", "fwd"}
+    assert any(r.case.slots == "permuted_pad" and r.outcome == "passed" for r in results)
