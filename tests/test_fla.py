@@ -21,7 +21,7 @@ from test_tiled import _seq_idx, _stored_dtypes, assert_matches, make_problem, r
 
 from convmatrix.core import Case
 from convmatrix.kernels import ContractError, load, triton_interpreter
-from convmatrix.kernels.fla_triton import FlaKernel, fla_contract
+from convmatrix.kernels.fla_triton import FlaKernel
 from convmatrix.kernels.reference import ReferenceKernel
 from convmatrix.matrix import expand_matrix
 
@@ -56,8 +56,8 @@ UPD = Case(suite="t", op="update", width=4, dim=16, batch=2, tokens=1, steps=2, 
     [
         (UPD, {}, None),
         (UPD, {"tokens": 3}, None),
-        (UPD, {"state_len": 3}, "state_len must be K = 4"),
-        (UPD, {"state_len": 11}, "state_len must be K = 4"),
+        (UPD, {"state_len": 3}, "needs S == K"),
+        (UPD, {"state_len": 11}, "needs S == K"),
         (UPD, {"width": 2, "state_len": 2}, None),
         (FWD, {"final_state": True}, None),
         (FWD, {"seq_lens": (20, 20), "final_state": True}, None),
@@ -72,7 +72,6 @@ UPD = Case(suite="t", op="update", width=4, dim=16, batch=2, tokens=1, steps=2, 
 def test_contract_of_cases(base, changes, reason):
     case = dataclasses.replace(base, id="", **changes)
     got = FlaKernel().contract_violation(case)
-    assert got == fla_contract(case)
     if reason is None:
         assert got is None
     else:

@@ -35,13 +35,15 @@ Translation of a canonical call (docs/spec.md §2):
   (what ``ShortConvolution`` does); ``state_indices`` naming rows 0..B-1 in order → those
   rows of the pool, updated in place.
 
-What fla cannot express (``contract_violation`` makes such cases expected errors, and the
-calls raise ``ContractError``):
+What fla cannot express, declared in its ``Capabilities`` (docs/contract.md) so the matrix
+files such cases as expected errors (and the calls raise ``ContractError``):
 
-- a decode state of any length but W (``S == K``: fla's cache is ``(N, D, W)``);
+- a decode state of any length but W (``state_lens=STATE_LEN_K``: fla's cache is
+  ``(N, D, W)``);
 - a final state with packing when a row's last sequence is shorter than K-1 (and is not the
-  whole row): fla's final state is per sequence and starts that sequence from zeros, while
-  the canonical one is the row's last K-1 inputs across the boundary.
+  whole row) (``final_state="per_sequence"``): fla's final state is per sequence and starts
+  that sequence from zeros, while the canonical one is the row's last K-1 inputs across the
+  boundary.
 
 Missing features (cases skipped): ring-buffer states (``cache_seqlens``) and slot mapping
 (``state_indices`` other than the identity).
@@ -65,11 +67,11 @@ from typing import Any
 
 import torch
 
-from convmatrix.core.case import Case
 from convmatrix.kernels import triton_interpreter
 from convmatrix.kernels.mlu_ops import boundaries, check_final_state, runs_of, token_major
 from convmatrix.kernels.protocol import (
     FEATURES,
+    STATE_LEN_K,
     Capabilities,
     ContractError,
     Geometry,
@@ -77,7 +79,7 @@ from convmatrix.kernels.protocol import (
 )
 from convmatrix.kernels.semantics import check_forward_args, check_update_args
 
-__all__ = ["FlaKernel", "fla_contract"]
+__all__ = ["FlaKernel"]
 
 TIME_TILE = 64  # fla's chunk_size (BT), a Python default of causal_conv1d_fwd/bwd
 INTERPRETER_BD = 16  # the one channel-tile config kept under the interpreter
@@ -142,18 +144,6 @@ def _load() -> _Loaded:
     return loaded
 
 
-def fla_contract(case: Case) -> str | None:
-    """Why fla's API cannot express ``case`` (see the module docstring), or None."""
-    if case.op == "update":
-        if case.state_len is not None and case.state_len != case.width:
-            return f"fla's decode state is (N, D, W): state_len must be K = {case.width}"
-        return None
-    lens = case.seq_lens
-    if case.final_state and lens and len(lens) > 1 and abs(lens[-1]) < case.width - 1:
-        return "packed row ends in a sequence shorter than K-1: fla's final state is per sequence"
-    return None
-
-
 def _wide(state: torch.Tensor) -> torch.Tensor:
     """(N, C, K-1) → fla's (N, C, K): a zero column 0 (never read), contiguous."""
     return torch.cat([state.new_zeros(state.shape[0], state.shape[1], 1), state], dim=2)
@@ -166,11 +156,14 @@ class FlaKernel(KernelBase):
 
     def __init__(self) -> None:
         interpreted = not torch.cuda.is_available() or triton_interpreter.interpreting()
+        self.source_module = "fla"
         self.capabilities = Capabilities(
             features=FEATURES - {"ring_buffer", "slot_indices"},
             geometry=Geometry(
                 time_tile=TIME_TILE, channel_tile=INTERPRETER_BD if interpreted else None
             ),
+            state_lens=STATE_LEN_K,  # fla's decode cache is (N, D, W)
+            final_state="per_sequence",  # fla's final state is its last sequence's
         )
 
     # -- loading -----------------------------------------------------------------------------
@@ -182,9 +175,6 @@ class FlaKernel(KernelBase):
         if loaded.reason:
             raise ContractError(f"fla unavailable: {loaded.reason}")
         return loaded.conv
-
-    def contract_violation(self, case: Case) -> str | None:
-        return self.capabilities.contract_violation(case) or fla_contract(case)
 
     def describe(self) -> Mapping[str, Any]:
         loaded = _load()
