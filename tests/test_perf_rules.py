@@ -91,6 +91,22 @@ def test_a_lone_timing_is_claimed_only_beyond_the_pairs_noise():
     assert "case1" in {c.case_id for c in out.within_noise}  # passed its own test, not claimed
 
 
+def test_on_a_quiet_pair_the_band_never_narrows_below_its_floor():
+    """Every case still (2% spread), one moves x1.18: its own test passes, the pair's robust
+    band alone would be about x1.1, but one pair never claims a lone move under ``min_noise``
+    (the flake CI met: an A/A's smallest case moved x1.14 against a x1.14 band)."""
+    rng = random.Random(5)
+    head_k = dict(BASE, case3=1.18 * BASE["case3"])
+    rule = TimingRule()
+    out = compare_timings(_run(rng, BASE, BASE), _run(rng, head_k, BASE), rule=rule)
+    assert out.pooled.slower is False and out.pooled.noise == rule.min_noise
+    assert out.regressions == [] and "case3" in {c.case_id for c in out.within_noise}
+    # the same pair with the floor lowered below the move claims it: the floor decides
+    low = compare_timings(_run(rng, BASE, BASE), _run(rng, head_k, BASE),
+                          rule=TimingRule(min_noise=1.0))  # fmt: skip
+    assert {c.case_id for c in low.regressions} == {"case3"}
+
+
 def test_with_few_cases_the_per_timing_test_stands_alone():
     rng = random.Random(4)
     two = {c: BASE[c] for c in CASES[:2]}

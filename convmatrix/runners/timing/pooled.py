@@ -15,7 +15,8 @@ every timing of a uniformly slowed kernel move together:
 - *beyond the noise*: otherwise a timing is claimed only when its effective change is outside
   the pair's band ``exp(noise_z * sigma)``, sigma the robust spread (1.4826 x MAD) of the log
   effective ratios around their median: a case that slowed while the rest did not. The band
-  adapts to the host: quiet (sigma x1.02) it is about x1.13, on a loaded shared CPU about x2;
+  adapts to the host: quiet (sigma x1.02) it would be about x1.13, on a loaded shared CPU about
+  x2, and it is never narrower than ``min_noise`` (x1.25);
   a smaller case-specific change needs the history rule (``timing_history``), which asks for
   it to persist over consecutive runs.
 
@@ -112,7 +113,7 @@ def pool(changes: Sequence[TimingChange], rule: TimingRule) -> PooledVerdict:
     verdict.faster = verdict.p_faster < rule.alpha
     centre = statistics.median(v for _, v in logs)
     sigma = 1.4826 * statistics.median(abs(v - centre) for _, v in logs)
-    verdict.noise = math.exp(rule.noise_z * sigma)
+    verdict.noise = max(math.exp(rule.noise_z * sigma), rule.min_noise)
     return verdict
 
 

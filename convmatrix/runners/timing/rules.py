@@ -22,6 +22,12 @@ class TimingRule:
     # heavy-tailed (A/A on a loaded 2-core host: whole cases moved x1.5-1.8 with a robust sigma
     # of x1.13; z = 3, 4, 5 claimed 18, 9, 2 of 455 A/A timings, z = 6 none).
     noise_z: float = 6.0
+    # ... and never a band under this. With few cases the MAD can come out tiny when most
+    # timings are exact (spun CPU time) while the smallest, overhead-dominated case moves: a
+    # CI A/A pair (7 cases, loaded host) got a x1.14 band and its L=16 case's op and subgraph
+    # timings moved x1.14 and x1.12 with p=0.005. One pair cannot tell such a move from a
+    # regression; the history rule, which asks for persistence, can.
+    min_noise: float = 1.25
     min_cases: int = 5  # fewer cases: no noise estimate, the per-timing test stands alone
 
 
