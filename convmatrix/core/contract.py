@@ -12,6 +12,13 @@ update call (``max_update_tokens``), other widths for the update than for the fo
 (``update_widths``), a final state kept per packed sequence, only without packing, or not at
 all (``final_state``), y written into x's buffer (``inplace_y``), and the slot id that marks a
 padding row (``pad_slot_id``: vLLM's null block is row 0, docs/spec.md §2 says -1).
+
+The arithmetic a kernel declares feeds the bound model (docs/spec.md §4,
+``convmatrix.core.bounds``): the dtype it accumulates in (``accumulate``), whether its
+intermediate results stay FP32 or are rounded to the input dtype (``intermediate``: the
+framework path and fla compute in the input dtype), and whether its forward is
+deterministic (``deterministic``: only then must causality and packed isolation hold bit for
+bit; otherwise they fall back to the bound).
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from convmatrix.core.bounds import INTERMEDIATES
 from convmatrix.core.case import Case
-from convmatrix.core.dtypes import CASE_DTYPES
+from convmatrix.core.dtypes import CASE_DTYPES, UNIT_ROUNDOFF
 
 __all__ = [
     "ALL_DTYPE_PAIRS",
@@ -167,8 +175,15 @@ class Capabilities:
     final_state: str = "row"  # one of FINAL_STATES
     inplace_y: frozenset[str] = frozenset()  # calls (INPLACE_CALLS) that write y into x
     pad_slot_id: int = -1  # the state_indices value that marks a padding row
+    accumulate: str = "float32"  # the dtype sums of products are accumulated in
+    intermediate: str = "fp32"  # "fp32" | "input": intermediates rounded to the input dtype
+    deterministic: bool = True  # the same inputs give the same bits (forward)
 
     def __post_init__(self) -> None:
+        if self.accumulate not in UNIT_ROUNDOFF:
+            raise ValueError(f"accumulate must be one of {sorted(UNIT_ROUNDOFF)}")
+        if self.intermediate not in INTERMEDIATES:
+            raise ValueError(f"intermediate must be one of {INTERMEDIATES}")
         if self.final_state not in FINAL_STATES:
             raise ValueError(f"final_state must be one of {FINAL_STATES}, got {self.final_state!r}")
         if not self.inplace_y <= INPLACE_CALLS:

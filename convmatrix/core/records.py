@@ -64,6 +64,9 @@ class OutputMetrics:
     limit_rel: float | None = None
     limit_norm: float | None = None
     passed: bool = True
+    bound_usage: float | None = None  # max |a-r| / bound (docs/spec.md §4 bound model)
+    limit_usage: float | None = None  # max(e_rel/limit_rel, e_norm/limit_norm): the rows' usage
+    usage_limit: float | None = None  # the bound usage allowed, when the bound judged
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from convmatrix.core.bounds import BOUND_MODES, DEFAULT_LAMBDA, DEFAULT_SAFETY, BoundModel
 from convmatrix.core.dtypes import UNIT_ROUNDOFF
 
 __all__ = [
@@ -58,15 +59,29 @@ DEFAULT_TOLERANCES: Mapping[tuple[str, str], Tolerance] = {
 class Policy:
     """How a case's outputs are judged.
 
+    ``bound`` (the default): the bound usage max_i |a_i - r_i| / bound_i of the bound model
+    (docs/spec.md §4, ``convmatrix.core.bounds``) is at most ``safety``; ``bound_mode``
+    (probabilistic | worst_case) and ``bound_lambda`` parametrise the model.
     ``threshold``: e_rel <= rel and e_norm <= norm of the (dtype, output) row.
     ``framework``: flash-attention's rule, e <= factor x (framework path's e) + floor, for e_rel
     and e_norm; an output passes if either rule holds when ``mode`` is ``threshold_or_framework``.
     """
 
-    mode: str = "threshold"  # "threshold" | "framework" | "threshold_or_framework"
+    mode: str = "bound"  # "bound" | "threshold" | "framework" | "threshold_or_framework"
     factor: float = 2.0
     floor: float = 1e-6
     tau_scale: float = 1.0
+    safety: float = DEFAULT_SAFETY
+    bound_mode: str = "probabilistic"
+    bound_lambda: float = DEFAULT_LAMBDA
+
+    def __post_init__(self) -> None:
+        if self.bound_mode not in BOUND_MODES:
+            raise ValueError(f"unknown bound mode {self.bound_mode!r}: one of {BOUND_MODES}")
+
+    @property
+    def model(self) -> BoundModel:
+        return BoundModel(self.bound_mode, self.bound_lambda)
 
 
 @dataclass(frozen=True)

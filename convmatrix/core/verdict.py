@@ -1,11 +1,17 @@
 """The one verdict builder: per-output pass/fail and the text that explains a failure.
 
-``judge_output`` applies a case's tolerance row (``Tolerances.lookup(case.x_dtype, output)``)
-and ``Policy`` to measured metrics; ``describe`` turns a ``CaseResult`` into lines naming every
+``judge_output`` applies the ``Policy`` to measured metrics: by default the bound usage of the
+bound model (docs/spec.md §4) against the policy's safety factor, else a tolerance row
+(``Tolerances.lookup(judged_dtype(output, case), output)``); ``describe`` turns a ``CaseResult`` into lines naming every
 failing output with its greatest abs and rel difference, where it is, and what was allowed.
 The pytest item, the ``convmatrix run`` summary and the reports all print through here.
 
-Policy modes are rules chosen from a mapping: ``threshold`` (the table's rel/norm limits),
+``judged_dtype`` is the one rule of which dtype an output is stored and judged in; the diff's
+noise floor, the report's colouring and ``history`` use it too.
+
+Policy modes are rules chosen from a mapping: ``bound`` (the default: bound usage <= safety,
+falling back to the threshold where no bound was computed), ``threshold`` (the table's rel/norm
+limits),
 ``framework`` (flash-attention's rule: e <= factor x the torch path's e + floor) and
 ``threshold_or_framework`` (either). A non-finite error never passes.
 """
@@ -16,7 +22,6 @@ import math
 from collections.abc import Callable, Iterable
 
 from convmatrix.core.case import Case
-from convmatrix.core.dtypes import coarser
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, ErrorMetrics, OutputMetrics
 from convmatrix.core.tolerances import PARAM_GRADS, Policy, Tolerance, Tolerances
 
@@ -25,25 +30,27 @@ __all__ = [
     "case_severity",
     "describe",
     "judge_output",
+    "judged_dtype",
+    "limit_usage",
     "outcome_of",
     "output_severity",
-    "row_dtype",
     "tolerance_for",
     "worst",
 ]
 
 
-def row_dtype(case: Case, output: str) -> str:
-    """The dtype whose tolerance row judges ``output``: the x dtype, except for the parameter
-    gradients dw/db, which are stored in the weight dtype and computed from x-dtype inputs, so
-    the coarser of the two bounds their accuracy (x fp32 with bf16 weights: dw is bf16)."""
+def judged_dtype(output: str, case: Case) -> str:
+    """The dtype ``output`` is stored and judged in: dw/db the weight dtype (bias is stored
+    like the weight); y, dx, F and a decode state the x dtype; dS the initial state's dtype,
+    which the harness stores in the x dtype. dw of x=bf16 with fp32 weights is an fp32 result
+    of exact bf16 products, judged as fp32; with x=fp32, w=bf16 it is judged as bf16."""
     if output in PARAM_GRADS:
-        return coarser(case.x_dtype, case.w_dtype)
-    return case.x_dtype
+        return case.w_dtype
+    return case.x_dtype  # y, F, dx, state; dS: the state dtype, which is x's
 
 
 def tolerance_for(tolerances: Tolerances, case: Case, output: str) -> Tolerance:
-    return tolerances.lookup(row_dtype(case, output), output)
+    return tolerances.lookup(judged_dtype(output, case), output)
 
 
 # A rule gives the (rel, norm) limits it allows, or None when it cannot judge (no torch path).
@@ -63,6 +70,7 @@ def _framework(
 
 
 RULES: dict[str, tuple[Rule, ...]] = {
+    "bound": (_threshold,),  # the bound usage judges; the threshold only where no bound exists
     "threshold": (_threshold,),
     "framework": (_framework, _threshold),  # threshold only when the torch path is missing
     "threshold_or_framework": (_threshold, _framework),
@@ -77,10 +85,13 @@ def judge_output(
     policy: Policy,
     *,
     exact: bool = False,
+    bound_usage: float | None = None,
 ) -> OutputMetrics:
     """The recorded metrics of one output with its limits and verdict.
 
     ``exact`` outputs (a decode state: copies of inputs) must match bit for bit (e_abs == 0).
+    Under the ``bound`` policy ``bound_usage`` decides (<= ``policy.safety``); the rows'
+    limits are still recorded, with their usage, for the other policies' view.
     """
     try:
         rules = RULES[policy.mode]
@@ -93,6 +104,10 @@ def judge_output(
     passing = [lim for lim in limits if m.e_rel <= lim[0] and m.e_norm <= lim[1]]
     chosen = passing[0] if passing else limits[0]
     passed = finite and bool(passing) and (not exact or m.e_abs == 0.0)
+    by_bound = policy.mode == "bound" and bound_usage is not None and not exact
+    if by_bound:
+        assert bound_usage is not None
+        passed = finite and bound_usage <= policy.safety
     return OutputMetrics(
         output=output,
         e_abs=m.e_abs,
@@ -107,7 +122,15 @@ def judge_output(
         limit_rel=0.0 if exact else chosen[0],
         limit_norm=0.0 if exact else chosen[1],
         passed=passed,
+        bound_usage=bound_usage,
+        limit_usage=None if exact else limit_usage(m, tol),
+        usage_limit=policy.safety if by_bound else None,
     )
+
+
+def limit_usage(m: ErrorMetrics, tol: Tolerance) -> float | None:
+    """How much of the threshold row an output uses: max(e_rel/rel, e_norm/norm)."""
+    return worst(e / lim for e, lim in ((m.e_rel, tol.rel), (m.e_norm, tol.norm)) if lim > 0)
 
 
 def outcome_of(result: CaseResult) -> str:
@@ -118,6 +141,12 @@ def outcome_of(result: CaseResult) -> str:
 
 def _output_line(o: OutputMetrics) -> str:
     where = "" if o.worst_index is None else f" at {o.worst_index}"
+    if o.usage_limit is not None and o.bound_usage is not None:
+        return (
+            f"{o.output}: bound usage {o.bound_usage:.3g} (allowed {o.usage_limit:.3g}), "
+            f"max|a-r| {o.e_abs:.3g}{where}; e_rel {o.e_rel:.3g}, e_norm {o.e_norm:.3g}"
+            + ("" if o.fw_rel is None else f"; torch path e_rel {o.fw_rel:.3g}")
+        )
     line = (
         f"{o.output}: e_rel {o.e_rel:.3g} (allowed {o.limit_rel:.3g}), "
         f"e_norm {o.e_norm:.3g} (allowed {o.limit_norm:.3g}), "
@@ -152,11 +181,14 @@ def worst(values: Iterable[float | None]) -> float | None:
 
 
 def output_severity(m: OutputMetrics) -> float | None:
-    """How far an output is from its limits: max(e_rel/limit_rel, e_norm/limit_norm).
+    """How far an output is from what its verdict allowed: bound usage / safety when the
+    bound judged it, else max(e_rel/limit_rel, e_norm/limit_norm).
 
-    Above 1 fails the threshold rule; comparable across dtypes and outputs, unlike raw errors.
-    None when the output has no positive limit (an exact output: there is no ratio to give).
+    Above 1 fails; comparable across dtypes and outputs, unlike raw errors. None when the
+    output has no positive limit (an exact output: there is no ratio to give).
     """
+    if m.usage_limit and m.bound_usage is not None:
+        return m.bound_usage / m.usage_limit
     return worst(
         e / lim
         for e, lim in ((m.e_rel, m.limit_rel), (m.e_norm, m.limit_norm))

@@ -164,6 +164,7 @@ class FlaKernel(KernelBase):
             ),
             state_lens=STATE_LEN_K,  # fla's decode cache is (N, D, W)
             final_state="per_sequence",  # fla's final state is its last sequence's
+            intermediate="input",  # Triton computes in the input dtype (bound model)
         )
 
     # -- loading -----------------------------------------------------------------------------

@@ -124,7 +124,9 @@ def _torch_core(args: CoreArgs) -> CoreCall | None:
 
 class TorchKernel(KernelBase):
     name = "torch"
-    capabilities = Capabilities()
+    # F.conv1d, SiLU and autograd compute in the input dtype (the weight is cast to it):
+    # every intermediate result is rounded to it (docs/spec.md §4 bound model).
+    capabilities = Capabilities(intermediate="input")
 
     def core_call(self, args: CoreArgs) -> CoreCall | None:  # type: ignore[override]
         return _torch_core(args)

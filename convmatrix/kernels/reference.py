@@ -8,6 +8,13 @@ an autograd check of the forward against it is an independent test.
 
 Shapes: x (B, C, L), weight (C, K), bias (C,), initial_state (B, C, K-1), seq_idx (B, L),
 g = dL/dy (B, C, L), q = dL/dF (B, C, K-1).
+
+With ``magnitudes=True`` both also compute, in the same tap loops, what the bound model of
+docs/spec.md §4 needs (``convmatrix.core.bounds.Magnitudes`` per output): the same
+computation on absolute values (|b| + sum_k |w_k| |x_{t-k}| for z, sum_k |w_k| |dz| for dx,
+sum_{b,t} |dz| |x| for dw...), the reduction length, and for SiLU the sensitivities to the
+activation's rounding and to the error of z. One extra ``addcmul_`` per tap in the forward,
+two per tap in the backward.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from convmatrix.core.bounds import Magnitudes
 from convmatrix.kernels.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.protocol import Capabilities, KernelBase
 from convmatrix.kernels.semantics import (
@@ -24,7 +32,15 @@ from convmatrix.kernels.semantics import (
     update_via_forward,
 )
 
-__all__ = ["ReferenceKernel", "Saved", "conv_backward", "conv_forward", "reference_forward"]
+__all__ = [
+    "ReferenceKernel",
+    "Saved",
+    "backward_magnitudes",
+    "conv_backward",
+    "conv_forward",
+    "forward_magnitudes",
+    "reference_forward",
+]
 
 F64 = torch.float64
 
@@ -38,6 +54,18 @@ class Saved:
     masks: torch.Tensor | None  # (K, B, L) live taps, packed only
     live: torch.Tensor | None  # (B, L) non-padding tokens, packed only
     silu: bool
+    mag_z: torch.Tensor | None = None  # |b| + sum_k |w_k| |xe|: z's magnitude (magnitudes=True)
+    n_z: int = 0  # terms of z: K, +1 with a bias
+
+
+def _silu_d1(z: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(z)
+    return s * (1 + z * (1 - s))
+
+
+def _silu_d2(z: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(z)
+    return s * (1 - s) * (2 + z * (1 - 2 * s))
 
 
 def conv_forward(
@@ -47,8 +75,10 @@ def conv_forward(
     initial_state: torch.Tensor | None = None,
     seq_idx: torch.Tensor | None = None,
     activation: str | None = None,
+    magnitudes: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, Saved]:
-    """(y, final_state, saved) in float64, from any-dtype inputs (upcast exactly)."""
+    """(y, final_state, saved) in float64, from any-dtype inputs (upcast exactly); with
+    ``magnitudes`` saved also holds z's magnitude (``forward_magnitudes`` reads it)."""
     batch, dim, seqlen, width = check_forward_args(
         x, weight, bias, initial_state, seq_idx, activation
     )
@@ -59,8 +89,11 @@ def conv_forward(
         state = initial_state.to(F64)
     xe = torch.cat([state, x], dim=2)
     z = x.new_zeros(batch, dim, seqlen)
+    mag = x.new_zeros(batch, dim, seqlen) if magnitudes else None
     if bias is not None:
         z += bias.to(F64)[None, :, None]
+        if mag is not None:
+            mag += bias.to(F64).abs()[None, :, None]
     masks = live = None
     if seq_idx is not None:
         masks = packed_tap_masks(seq_idx, width)[:, :, None, :]  # (K, B, 1, L)
@@ -70,12 +103,30 @@ def conv_forward(
         if masks is not None:
             tap = tap * masks[k]
         z.addcmul_(tap, w[None, :, k, None])
+        if mag is not None:
+            mag.addcmul_(tap.abs(), w[None, :, k, None].abs())
     silu = activation in ("silu", "swish")
     y = z * torch.sigmoid(z) if silu else z.clone()
     if live is not None:
         y = y * live
+        if mag is not None:
+            mag = mag * live
     final = xe[:, :, seqlen:].clone()
-    return y, final, Saved(xe, z, masks, live, silu)
+    n_z = width + (bias is not None)
+    return y, final, Saved(xe, z, masks, live, silu, mag, n_z)
+
+
+def forward_magnitudes(saved: Saved, y: torch.Tensor) -> Magnitudes:
+    """y's magnitudes from a ``conv_forward(..., magnitudes=True)``: z's accumulation seen
+    through SiLU' (first order), and the activation's own rounding (|y|, plus |silu'(z) z|
+    for z rounded before the activation)."""
+    assert saved.mag_z is not None, "conv_forward(..., magnitudes=True) first"
+    if not saved.silu:
+        return Magnitudes(saved.mag_z, saved.n_z)
+    d1 = _silu_d1(saved.z).abs()
+    if saved.live is not None:
+        d1 = d1 * saved.live
+    return Magnitudes(d1 * saved.mag_z, saved.n_z, elem=y.abs() + d1 * saved.z.abs())
 
 
 def conv_backward(
@@ -86,26 +137,76 @@ def conv_backward(
     dz = g * silu'(z); dxe[j] = sum_k w[k] dz[j-k] (live taps) + q[j-L] for j >= L;
     dx = dxe[K-1:], dS = dxe[:K-1]; dw[c,k] = sum_{b,t} dz xe[t+k]; db[c] = sum_{b,t} dz.
     """
+    return _backward(saved, weight, g, q, False)[0]
+
+
+def backward_magnitudes(
+    saved: Saved, weight: torch.Tensor, g: torch.Tensor, q: torch.Tensor | None
+) -> tuple[tuple[torch.Tensor, ...], dict[str, Magnitudes]]:
+    """``conv_backward``'s values and the magnitudes of dx, dw, db, dS (``saved`` from a
+    ``conv_forward(..., magnitudes=True)``)."""
+    values, mags = _backward(saved, weight, g, q, True)
+    assert mags is not None
+    return values, mags
+
+
+def _backward(
+    saved: Saved, weight: torch.Tensor, g: torch.Tensor, q: torch.Tensor | None, magnitudes: bool
+) -> tuple[tuple[torch.Tensor, ...], dict[str, Magnitudes] | None]:
     xe, z = saved.xe, saved.z
     w = weight.to(F64)
     width = w.shape[1]
     seqlen = z.shape[2]
-    dz = g.to(F64)
-    if saved.silu:
-        s = torch.sigmoid(z)
-        dz = dz * s * (1 + z * (1 - s))
+    g = g.to(F64)
+    dz = g * _silu_d1(z) if saved.silu else g
+    # zsens: |g| |silu''(z)| mag_z, the first-order effect of z's error on dz
+    sens = g.abs() * _silu_d2(z).abs() * saved.mag_z if magnitudes and saved.silu else None
     if saved.live is not None:
         dz = dz * saved.live
+        sens = None if sens is None else sens * saved.live
     dxe = torch.zeros_like(xe)
     dw = torch.empty_like(w)
+    adz = dz.abs() if magnitudes else None
+    mx = torch.zeros_like(xe) if magnitudes else None
+    mw = torch.empty_like(w) if magnitudes else None
+    sx = torch.zeros_like(xe) if sens is not None else None
+    sw = torch.empty_like(w) if sens is not None else None
     for k in range(width):
-        dzk = dz if saved.masks is None else dz * saved.masks[k]
+        mask = None if saved.masks is None else saved.masks[k]
+        dzk = dz if mask is None else dz * mask
+        tap = xe[:, :, k : k + seqlen]
         dxe[:, :, k : k + seqlen].addcmul_(dzk, w[None, :, k, None])
-        dw[:, k] = (dzk * xe[:, :, k : k + seqlen]).sum(dim=(0, 2))
+        dw[:, k] = (dzk * tap).sum(dim=(0, 2))
+        if adz is not None and mx is not None and mw is not None:
+            adzk = adz if mask is None else adz * mask
+            wk = w[None, :, k, None].abs()
+            mx[:, :, k : k + seqlen].addcmul_(adzk, wk)
+            mw[:, k] = (adzk * tap.abs()).sum(dim=(0, 2))
+            if sens is not None and sx is not None and sw is not None:
+                sk = sens if mask is None else sens * mask
+                sx[:, :, k : k + seqlen].addcmul_(sk, wk)
+                sw[:, k] = (sk * tap.abs()).sum(dim=(0, 2))
     if q is not None:
         dxe[:, :, seqlen:] += q.to(F64)
+        if mx is not None:
+            mx[:, :, seqlen:] += q.to(F64).abs()
     db = dz.sum(dim=(0, 2))
-    return dxe[:, :, width - 1 :], dw, db, dxe[:, :, : width - 1]
+    values = (dxe[:, :, width - 1 :], dw, db, dxe[:, :, : width - 1])
+    if adz is None or mx is None or mw is None:
+        return values, None
+    n_x = width + (q is not None)
+    n_p = g.shape[0] * seqlen
+    silu = saved.silu
+
+    def mags(m: torch.Tensor, s: torch.Tensor | None, n: int) -> Magnitudes:
+        return Magnitudes(m, n, elem=m if silu else None, zsens=s, n_z=saved.n_z)
+
+    return values, {
+        "dx": mags(mx[:, :, width - 1 :], None if sx is None else sx[:, :, width - 1 :], n_x),
+        "dS": mags(mx[:, :, : width - 1], None if sx is None else sx[:, :, : width - 1], n_x),
+        "dw": mags(mw, sw, n_p),
+        "db": mags(adz.sum(dim=(0, 2)), None if sens is None else sens.sum(dim=(0, 2)), n_p),
+    }
 
 
 class _ReferenceFunction(torch.autograd.Function):

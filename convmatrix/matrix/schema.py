@@ -7,7 +7,8 @@ Top level::
     seed: 0                      # strategies' seed (a suite may override)
     geometry: {tile: 64, ctile: 32, vec: 8}   # symbol defaults when a kernel declares none
     tolerances: {bfloat16: {dw: {rel: 0.3, norm: 0.05}}}
-    policy: {mode: threshold, factor: 2, floor: 1e-6, tau_scale: 1.0}
+    policy: {mode: bound, safety: 2, bound: probabilistic, lambda: 6,
+             factor: 2, floor: 1e-6, tau_scale: 1.0}
     timeout_s: 120               # per case
     timing: {warmup: 3, repeats: 10, budget_s: 2.0}
     suites:
@@ -32,6 +33,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from convmatrix.core.bounds import BOUND_MODES
 from convmatrix.core.case import CHECKS, OPS
 from convmatrix.core.tolerances import DEFAULT_TOLERANCES, OUTPUTS, Policy, Tolerance, Tolerances
 from convmatrix.core.verdict import RULES
@@ -155,13 +157,18 @@ def _tolerances(node: YNode) -> Tolerances:
 
 
 def _policy(node: YNode) -> Policy:
-    node.expect_map("policy").check_keys(("mode", "factor", "floor", "tau_scale"))
+    node.expect_map("policy").check_keys(
+        ("mode", "factor", "floor", "tau_scale", "safety", "bound", "lambda")
+    )
     base = Policy()
     return Policy(
         mode=_opt(node, "mode", lambda n: _choice(n, "policy mode", POLICY_MODES), base.mode),
         factor=_opt(node, "factor", lambda n: _number(n, "factor", True), base.factor),
         floor=_opt(node, "floor", lambda n: _number(n, "floor"), base.floor),
         tau_scale=_opt(node, "tau_scale", lambda n: _number(n, "tau_scale", True), base.tau_scale),
+        safety=_opt(node, "safety", lambda n: _number(n, "safety", True), base.safety),
+        bound_mode=_opt(node, "bound", lambda n: _choice(n, "bound", BOUND_MODES), base.bound_mode),
+        bound_lambda=_opt(node, "lambda", lambda n: _number(n, "lambda", True), base.bound_lambda),
     )
 
 

@@ -22,8 +22,9 @@ from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.core.verdict import judge_output, outcome_of, tolerance_for
 from convmatrix.kernels.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
+from convmatrix.runners.bounds import bound_of, bound_usage
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
-from convmatrix.runners.invoke import KernelFault, kernel_outputs, reference_outputs
+from convmatrix.runners.invoke import KernelFault, Reference, kernel_outputs, reference_bounded
 from convmatrix.runners.metrics import error_metrics
 from convmatrix.runners.properties import check_guards, run_properties
 
@@ -112,8 +113,9 @@ def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
         return None
 
 
-def _metrics(case: Case, ctx: Context, got: dict, ref: dict, fw: dict | None) -> list:
+def _metrics(case: Case, ctx: Context, got: dict, reference: Reference, fw: dict | None) -> list:
     exact = getattr(ctx.kernel, "exact_state", True)
+    ref, mags = reference
     judged = []
     for name, r in ref.items():
         if name not in got:
@@ -126,7 +128,12 @@ def _metrics(case: Case, ctx: Context, got: dict, ref: dict, fw: dict | None) ->
         if fw is not None and name in fw:
             fm = error_metrics(fw[name], r, ctx.policy.tau_scale)
         tol = tolerance_for(ctx.tolerances, case, name)
-        judged.append(judge_output(name, m, fm, tol, ctx.policy, exact=exact and name in _EXACT))
+        usage = None
+        if name in mags:
+            bound = bound_of(r, mags[name], ctx.kernel.capabilities, case, name, ctx.policy)
+            usage = bound_usage(got[name], r, bound)
+        is_exact = exact and name in _EXACT
+        judged.append(judge_output(name, m, fm, tol, ctx.policy, exact=is_exact, bound_usage=usage))
     return judged
 
 
@@ -156,10 +163,10 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
         try:
             got = kernel_outputs(ctx.kernel, case, inputs)
             result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
-            ref = reference_outputs(case, inputs)
+            ref = reference_bounded(case, inputs)
             fw = _framework_outputs(case, ctx, got)
             result.outputs = _metrics(case, ctx, got, ref, fw)
-            result.properties += run_properties(ctx.kernel, case, ctx.tolerances, ctx.device)
+            result.properties += run_properties(ctx.kernel, case, ctx.policy, ctx.device)
             result.outcome = outcome_of(result)
             if case.timed and result.outcome == "passed":
                 _time(case, ctx, result)

@@ -16,12 +16,28 @@ from typing import Any
 
 import torch
 
+from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
-from convmatrix.kernels.reference import conv_backward, conv_forward
+from convmatrix.kernels.reference import (
+    backward_magnitudes,
+    conv_backward,
+    conv_forward,
+    forward_magnitudes,
+)
 from convmatrix.kernels.semantics import decode_prefix, pool_rows, write_decode_state
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
 
-__all__ = ["KernelFault", "call_forward", "kernel_outputs", "reference_outputs"]
+__all__ = [
+    "KernelFault",
+    "Reference",
+    "call_forward",
+    "kernel_outputs",
+    "reference_bounded",
+    "reference_outputs",
+]
+
+# Reference values by output name, and (with magnitudes) the bound model's inputs per output.
+Reference = tuple[dict[str, torch.Tensor], dict[str, Magnitudes]]
 
 F64 = torch.float64
 
@@ -154,7 +170,7 @@ def kernel_outputs(
     return _forward_outputs(kernel, case, inputs)
 
 
-def _reference_forward(case: Case, fi: ForwardInputs) -> dict[str, torch.Tensor]:
+def _reference_forward(case: Case, fi: ForwardInputs, magnitudes: bool) -> Reference:
     y, final, saved = conv_forward(
         fi.x.values,
         fi.weight.values,
@@ -162,22 +178,29 @@ def _reference_forward(case: Case, fi: ForwardInputs) -> dict[str, torch.Tensor]
         None if fi.initial_state is None else fi.initial_state.values,
         None if fi.seq_idx is None else fi.seq_idx.cpu(),
         case.activation,
+        magnitudes=magnitudes,
     )
     out = {"y": y}
+    mags = {"y": forward_magnitudes(saved, y)} if magnitudes else {}
     if case.final_state:
         out["F"] = final
+        mags["F"] = Magnitudes(None, 0)  # a copy of inputs: only its rounding
     if case.op == "fwd_bwd":
         assert fi.g is not None
-        dx, dw, db, ds = conv_backward(saved, fi.weight.values, fi.g, fi.q)
+        if magnitudes:
+            (dx, dw, db, ds), grad_mags = backward_magnitudes(saved, fi.weight.values, fi.g, fi.q)
+            mags.update(grad_mags)
+        else:
+            dx, dw, db, ds = conv_backward(saved, fi.weight.values, fi.g, fi.q)
         out.update(dx=dx, dw=dw)
         if fi.bias is not None:
             out["db"] = db
         if fi.initial_state is not None:
             out["dS"] = ds
-    return out
+    return out, {k: v for k, v in mags.items() if k in out}
 
 
-def _reference_update(case: Case, ui: UpdateInputs) -> dict[str, torch.Tensor]:
+def _reference_update(case: Case, ui: UpdateInputs, magnitudes: bool) -> Reference:
     """y of every new token from one forward over the whole history; the state after all
     steps by replaying the (exact) state writes."""
     slots = ui.canonical_slots()
@@ -188,24 +211,52 @@ def _reference_update(case: Case, ui: UpdateInputs) -> dict[str, torch.Tensor]:
     seqlens = None if ui.cache_seqlens is None else [s.cpu()[live] for s in ui.cache_seqlens]
     prefix = decode_prefix(state, case.width, None if seqlens is None else seqlens[0])
     y = torch.zeros(x_all.shape, dtype=F64)
+    mags: dict[str, Magnitudes] = {}
+    if magnitudes:
+        mags["y"] = Magnitudes(torch.zeros_like(y), 0)
+        mags["state"] = Magnitudes(None, 0)
     if live.numel():
-        y[live] = conv_forward(
+        y_live, _, saved = conv_forward(
             x_all[live],
             ui.weight.values,
             None if ui.bias is None else ui.bias.values,
             prefix,
             None,
             case.activation,
-        )[0]
+            magnitudes=magnitudes,
+        )
+        y[live] = y_live
+        if magnitudes:
+            mags["y"] = _scatter_rows(forward_magnitudes(saved, y_live), live, y)
     for i, x in enumerate(ui.xs):
         state = write_decode_state(state, x.values[live], None if seqlens is None else seqlens[i])
     pool = ui.pool.values.clone()
     pool[rows] = state
-    return {"y": y, "state": pool[ui.named_rows]}
+    return {"y": y, "state": pool[ui.named_rows]}, mags
+
+
+def _scatter_rows(m: Magnitudes, live: torch.Tensor, like: torch.Tensor) -> Magnitudes:
+    """Magnitudes of the live rows placed in a full batch (padding rows: zeros)."""
+
+    def full(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        out = torch.zeros_like(like)
+        out[live] = t
+        return out
+
+    return Magnitudes(full(m.mag), m.n, full(m.elem), full(m.zsens), m.n_z)
 
 
 def reference_outputs(case: Case, inputs: ForwardInputs | UpdateInputs) -> dict[str, torch.Tensor]:
     """The float64 reference for every compared output (CPU tensors; state in its dtype)."""
     if isinstance(inputs, UpdateInputs):
-        return _reference_update(case, inputs)
-    return _reference_forward(case, inputs)
+        return _reference_update(case, inputs, False)[0]
+    return _reference_forward(case, inputs, False)[0]
+
+
+def reference_bounded(case: Case, inputs: ForwardInputs | UpdateInputs) -> Reference:
+    """``reference_outputs`` and, per output, what the bound model needs (docs/spec.md §4)."""
+    if isinstance(inputs, UpdateInputs):
+        return _reference_update(case, inputs, True)
+    return _reference_forward(case, inputs, True)

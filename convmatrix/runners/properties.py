@@ -7,9 +7,13 @@
 - chunk consistency: two chunks with the state carried across (and its gradient flowing back)
   equal one whole call, forward and backward.
 
-The comparisons use the case's tolerance rows at twice their limits: both sides carry the
-kernel's own rounding, so an honest kernel differs from itself by at most the sum. A leak
-moves outputs by O(1) of the data scale, far above any row.
+Causality and packed isolation are exact: a deterministic forward's unaffected outputs do not
+depend on the changed inputs at all, so they must not change by a single bit, however small
+a leak; the largest difference is reported. A kernel that declares its forward
+nondeterministic (``Capabilities.deterministic = False``) is held to the bound model instead.
+Chunk consistency changes reduction orders, so it keeps a tolerance, derived from the same
+bounds (docs/spec.md §4): each side may be ``safety`` bounds from the reference, so the two
+may differ by twice that, element by element.
 """
 
 from __future__ import annotations
@@ -19,15 +23,18 @@ from typing import Any
 
 import torch
 
+from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
+from convmatrix.core.dtypes import UNIT_ROUNDOFF
 from convmatrix.core.records import PropertyResult
-from convmatrix.core.tolerances import Tolerances
-from convmatrix.core.verdict import tolerance_for
+from convmatrix.core.tolerances import Policy
+from convmatrix.core.verdict import judged_dtype
+from convmatrix.kernels.reference import backward_magnitudes, conv_forward, forward_magnitudes
 from convmatrix.runners.applicability import not_applicable, refused_call, split_point
+from convmatrix.runners.bounds import bound_of, bound_usage
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, place
 from convmatrix.runners.invoke import KernelFault, call_forward, grads
-from convmatrix.runners.metrics import error_metrics
 
 __all__ = ["PROPERTIES", "check_guards", "run_properties", "run_property"]
 
@@ -53,20 +60,88 @@ def check_guards(
     return PropertyResult("guards", not problems, "; ".join(problems))
 
 
-def _same(
-    name: str, a: torch.Tensor, b: torch.Tensor, tol: Tolerances, case: Case, output: str
-) -> str | None:
-    """None when ``a`` matches ``b`` within twice the (dtype, output) row, else why not."""
+def _largest(a: torch.Tensor, b: torch.Tensor) -> tuple[float, list[int]]:
+    """(largest |a - b|, where): NaN where the other is not counts as infinite."""
+    a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+    diff = (a64 - b64).abs()
+    both_nan = torch.isnan(a64) & torch.isnan(b64)
+    diff = torch.where(both_nan, 0.0, torch.nan_to_num(diff, nan=float("inf")))
+    flat = int(torch.argmax(diff))
+    where = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
+    return float(diff.reshape(-1)[flat]), where
+
+
+def _identical(name: str, a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """None when ``a`` and ``b`` hold the same values (NaN where NaN), else the largest
+    difference and where it is."""
     if a.numel() == 0:
         return None
-    limit = tolerance_for(tol, case, output)
-    m = error_metrics(a, b)
-    if m.e_rel <= 2 * limit.rel and m.e_norm <= 2 * limit.norm:
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    if bool(same.all()):
         return None
+    diff, where = _largest(a, b)
+    count = int((~same).sum())
+    return f"{name}: y differs in {count} element(s) (must be identical), max|diff| {diff:.3g} at {where}"
+
+
+def _within(
+    name: str, a: torch.Tensor, b: torch.Tensor, bound: torch.Tensor, policy: Policy, output: str
+) -> str | None:
+    """None when |a - b| <= 2 x safety x bound everywhere (each side within ``safety`` bounds
+    of the reference), else the bound usage and the largest difference."""
+    if a.numel() == 0:
+        return None
+    allowed = 2 * policy.safety
+    usage = bound_usage(a, b.detach().cpu().double(), bound)
+    if usage <= allowed:
+        return None
+    diff, where = _largest(a, b)
     return (
-        f"{name}: {output} differs by e_rel {m.e_rel:.3g} (allowed {2 * limit.rel:.3g}), "
-        f"max|diff| {m.e_abs:.3g} at {m.worst_index}"
+        f"{name}: {output} differs by {usage:.3g} bounds (allowed {allowed:.3g}), "
+        f"max|diff| {diff:.3g} at {where}"
     )
+
+
+def _reference(fi: ForwardInputs, case: Case, state: torch.Tensor | None, backward: bool):
+    """Reference values and magnitudes of y, F (and the gradients) of ``fi`` with ``state``."""
+    y, final, saved = conv_forward(
+        fi.x.values,
+        fi.weight.values,
+        None if fi.bias is None else fi.bias.values,
+        state,
+        None if fi.seq_idx is None else fi.seq_idx.cpu(),
+        case.activation,
+        magnitudes=True,
+    )
+    values = {"y": y, "F": final}
+    mags = {"y": forward_magnitudes(saved, y), "F": Magnitudes(None, 0)}
+    if backward:
+        assert fi.g is not None
+        q = fi.q if fi.q is not None else torch.zeros(final.shape, dtype=torch.float64)
+        (dx, dw, db, ds), grad_mags = backward_magnitudes(saved, fi.weight.values, fi.g, q)
+        values.update(dx=dx, dw=dw, db=db, dS=ds)
+        mags.update(grad_mags)
+    return values, mags
+
+
+def _unaffected(
+    name: str,
+    kernel: Any,
+    case: Case,
+    fi: ForwardInputs,
+    policy: Policy,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    select: Callable[[torch.Tensor], torch.Tensor],
+) -> str | None:
+    """Outputs a change must not reach: identical for a deterministic kernel, else within
+    the bounds of the reference (``select`` picks them from a full y)."""
+    if kernel.capabilities.deterministic:
+        return _identical(name, a, b)
+    state = None if fi.initial_state is None else fi.initial_state.values
+    values, mags = _reference(fi, case, state, False)
+    bound = bound_of(values["y"], mags["y"], kernel.capabilities, case, "y", policy)
+    return _within(name, a, b, select(bound), policy, "y")
 
 
 def _forward(kernel: Any, case: Case, fi: ForwardInputs, x: torch.Tensor | None = None):
@@ -88,7 +163,7 @@ def _replace_x(case: Case, fi: ForwardInputs, mask: torch.Tensor, device) -> tor
     return place("x'", changed.to(fi.x.values.dtype), device, case.layout, case.gap).view
 
 
-def causality(kernel: Any, case: Case, tol: Tolerances, device: torch.device) -> PropertyResult:
+def causality(kernel: Any, case: Case, policy: Policy, device: torch.device) -> PropertyResult:
     fi = build_forward(case, device)
     length = fi.x.values.shape[2]
     cut = length // 2  # keep y[:cut+1], change x[cut+1:]
@@ -96,14 +171,21 @@ def causality(kernel: Any, case: Case, tol: Tolerances, device: torch.device) ->
         before = _forward(kernel, case, fi)
         future = torch.arange(length) > cut
         after = _forward(kernel, case, fi, _replace_x(case, fi, future[None, None, :], device))
-    problem = _same(
-        f"changing x[{cut + 1}:]", after[..., : cut + 1], before[..., : cut + 1], tol, case, "y"
+    problem = _unaffected(
+        f"changing x[{cut + 1}:]",
+        kernel,
+        case,
+        fi,
+        policy,
+        after[..., : cut + 1],
+        before[..., : cut + 1],
+        lambda t: t[..., : cut + 1],
     )
     return PropertyResult("causality", problem is None, problem or f"y[:{cut + 1}] unchanged")
 
 
 def packed_isolation(
-    kernel: Any, case: Case, tol: Tolerances, device: torch.device
+    kernel: Any, case: Case, policy: Policy, device: torch.device
 ) -> PropertyResult:
     """Change the even-numbered samples (and the state, which belongs to sample 0); the
     odd-numbered samples' outputs must not move."""
@@ -117,12 +199,21 @@ def packed_isolation(
     with torch.no_grad():
         before = _forward(kernel, case, fi)
         after = _forward(kernel, case, fi, _replace_x(case, fi, changed[None, None, :], device))
-    problem = _same("changing even samples", after[..., kept], before[..., kept], tol, case, "y")
+    problem = _unaffected(
+        "changing even samples",
+        kernel,
+        case,
+        fi,
+        policy,
+        after[..., kept],
+        before[..., kept],
+        lambda t: t[..., kept],
+    )
     return PropertyResult("packed_isolation", problem is None, problem or "odd samples unchanged")
 
 
 def chunk_consistency(
-    kernel: Any, case: Case, tol: Tolerances, device: torch.device
+    kernel: Any, case: Case, policy: Policy, device: torch.device
 ) -> PropertyResult:
     fi = build_forward(case, device)
     ids = None if fi.seq_idx is None else fi.seq_idx[0].cpu()
@@ -157,23 +248,31 @@ def chunk_consistency(
         y1, f1 = fwd(fi.x.view[..., :s], state, None if seq is None else seq[:, :s])
         y2, f2 = fwd(fi.x.view[..., s:], f1, None if seq is None else seq[:, s:])
         chunked = (torch.cat([y1, y2], dim=2), f2)
-    problems = [
-        _same(f"chunks {s}+{fi.x.values.shape[2] - s}", c.detach(), w.detach(), tol, case, name)
-        for name, c, w in zip(("y", "F"), chunked, whole, strict=True)
-    ]
+    label = f"chunks {s}+{fi.x.values.shape[2] - s}"
+    state_values = state.detach().cpu() if fi.initial_state is None else fi.initial_state.values
+    values, mags = _reference(fi, case, state_values, backward)
+
+    def compare(name: str, c: torch.Tensor, w: torch.Tensor) -> str | None:
+        bound = bound_of(values[name], mags[name], kernel.capabilities, case, name, policy)
+        if mags[name].mag is not None:
+            # The chunked side stores each chunk's partial result (dw, db: one per call) and
+            # the state's gradient between the calls: one more rounding of every term, in
+            # the output's and in x's dtype.
+            u = UNIT_ROUNDOFF[judged_dtype(name, case)] + UNIT_ROUNDOFF[case.x_dtype]
+            bound = bound + u * mags[name].mag
+        return _within(label, c.detach(), w.detach(), bound, policy, name)
+
+    problems = [compare(name, c, w) for name, c, w in zip(("y", "F"), chunked, whole, strict=True)]
     if backward:
         q = fi.q if fi.q is not None else torch.zeros(state.shape, dtype=state.dtype)
         g_whole = grads(list(whole), [fi.g, q], params)
         g_chunk = grads(list(chunked), [fi.g, q], params)
-        problems += [
-            _same(f"chunks {s}+{fi.x.values.shape[2] - s}", g_chunk[k], g_whole[k], tol, case, k)
-            for k in params
-        ]
+        problems += [compare(k, g_chunk[k], g_whole[k]) for k in params]
     bad = [p for p in problems if p]
     return PropertyResult("chunk_consistency", not bad, "; ".join(bad) or f"split at {s} agrees")
 
 
-PROPERTIES: dict[str, Callable[[Any, Case, Tolerances, torch.device], PropertyResult]] = {
+PROPERTIES: dict[str, Callable[[Any, Case, Policy, torch.device], PropertyResult]] = {
     "causality": causality,
     "packed_isolation": packed_isolation,
     "chunk_consistency": chunk_consistency,
@@ -181,7 +280,7 @@ PROPERTIES: dict[str, Callable[[Any, Case, Tolerances, torch.device], PropertyRe
 
 
 def run_property(
-    name: str, kernel: Any, case: Case, tol: Tolerances, device: torch.device
+    name: str, kernel: Any, case: Case, policy: Policy, device: torch.device
 ) -> PropertyResult:
     """One check, only if the kernel's contract accepts every call it makes (else not
     applicable, with the reason); a kernel that raises fails this check alone, by name."""
@@ -189,13 +288,13 @@ def run_property(
     if refused:
         return not_applicable(name, refused)
     try:
-        return PROPERTIES[name](kernel, case, tol, device)
+        return PROPERTIES[name](kernel, case, policy, device)
     except KernelFault as exc:
         return PropertyResult(name, False, str(exc))
 
 
 def run_properties(
-    kernel: Any, case: Case, tol: Tolerances, device: torch.device
+    kernel: Any, case: Case, policy: Policy, device: torch.device
 ) -> list[PropertyResult]:
     """The property checks ``case.checks`` asks for that apply to its op, each recorded.
 
@@ -205,4 +304,4 @@ def run_properties(
     if case.op == "update":
         return []
     checks = [c for c in case.checks if c != "packed_isolation" or case.seq_lens is not None]
-    return [run_property(name, kernel, case, tol, device) for name in checks]
+    return [run_property(name, kernel, case, policy, device) for name in checks]

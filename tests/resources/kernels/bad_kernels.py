@@ -88,7 +88,7 @@ class Width4Only(TorchKernel):
     """Declares width 4 only and rejects other widths cleanly (expected-error cases pass)."""
 
     name = "width4"
-    capabilities = Capabilities(widths=frozenset({4}))
+    capabilities = Capabilities(widths=frozenset({4}), intermediate="input")
 
     def forward(self, x, weight, bias=None, **kwargs):
         if weight.shape[-1] != 4:
@@ -120,7 +120,7 @@ class ForwardOnly(TorchKernel):
     """Declares no backward: its fwd_bwd cases are skipped, not failed."""
 
     name = "forward_only"
-    capabilities = Capabilities(features=FEATURES - {"backward"})
+    capabilities = Capabilities(features=FEATURES - {"backward"}, intermediate="input")
 
 
 class Slow(TorchKernel):

@@ -20,7 +20,7 @@ class RejectsPackedFinalState(TorchKernel):
     """Like Dao's interface: ``seq_idx`` with a returned final state is refused."""
 
     name = "rejects_packed_final"
-    capabilities = Capabilities(final_state="unpacked")
+    capabilities = Capabilities(final_state="unpacked", intermediate="input")
 
     def forward(self, x, weight, bias=None, **kwargs):
         if kwargs.get("seq_idx") is not None and kwargs.get("return_final_state"):
@@ -32,7 +32,7 @@ class StateLenK(TorchKernel):
     """Like fla's cache: a decode state of exactly K columns, every other length refused."""
 
     name = "state_len_k"
-    capabilities = Capabilities(state_lens=STATE_LEN_K)
+    capabilities = Capabilities(state_lens=STATE_LEN_K, intermediate="input")
 
     def update(self, x, conv_state, weight, bias=None, **kwargs):
         if conv_state.shape[2] != weight.shape[1]:
@@ -44,7 +44,7 @@ class NoSlots(TorchKernel):
     """No continuous batching: any ``state_indices`` is refused."""
 
     name = "no_slots"
-    capabilities = Capabilities(features=FEATURES - {"slot_indices"})
+    capabilities = Capabilities(features=FEATURES - {"slot_indices"}, intermediate="input")
 
     def update(self, x, conv_state, weight, bias=None, **kwargs):
         if kwargs.get("state_indices") is not None:
@@ -57,7 +57,7 @@ class NullBlockZero(TorchKernel):
     refused (vLLM would read before the pool)."""
 
     name = "null_block_zero"
-    capabilities = Capabilities(pad_slot_id=0)
+    capabilities = Capabilities(pad_slot_id=0, intermediate="input")
 
     def update(self, x, conv_state, weight, bias=None, *, state_indices=None, **kwargs):
         if state_indices is not None:
@@ -72,14 +72,14 @@ class NullBlockIgnored(TorchKernel):
     reserved row and gives padding rows outputs (a wrong kernel, for the guards to catch)."""
 
     name = "null_block_ignored"
-    capabilities = Capabilities(pad_slot_id=0)
+    capabilities = Capabilities(pad_slot_id=0, intermediate="input")
 
 
 class WritesYIntoX(TorchKernel):
     """Like vLLM's update at 533d337 (``out = x``): y is written into x's buffer, declared."""
 
     name = "y_into_x"
-    capabilities = Capabilities(inplace_y=frozenset({"update"}))
+    capabilities = Capabilities(inplace_y=frozenset({"update"}), intermediate="input")
 
     def update(self, x, conv_state, weight, bias=None, **kwargs):
         y = super().update(x, conv_state, weight, bias, **kwargs)
@@ -91,7 +91,7 @@ class WritesYIntoXUndeclared(WritesYIntoX):
     """The same, without declaring it: x's change is a guard violation."""
 
     name = "y_into_x_undeclared"
-    capabilities = Capabilities()
+    capabilities = Capabilities(intermediate="input")
 
 
 class FailsOnShortCalls(TorchKernel):

@@ -19,7 +19,7 @@ class TailBug(TorchKernel):
     the (tile+1, channel_last) corner of the matrix reaches."""
 
     name = "tail_bug"
-    capabilities = Capabilities(geometry=Geometry(time_tile=TILE))
+    capabilities = Capabilities(geometry=Geometry(time_tile=TILE), intermediate="input")
 
     def forward(self, x, weight, bias=None, **kwargs):
         out = super().forward(x, weight, bias, **kwargs)

@@ -41,7 +41,9 @@ class Busy(TorchKernel):
 
     name = "busy"
     # A declared time tile, so the report draws backward time against time tiles.
-    capabilities = Capabilities(geometry=Geometry(time_tile=16, channel_tile=8, vector_width=4))
+    capabilities = Capabilities(
+        geometry=Geometry(time_tile=16, channel_tile=8, vector_width=4), intermediate="input"
+    )
 
     def forward(self, x, weight, bias=None, **kwargs):  # type: ignore[override]
         spend(_cost(x))
