@@ -81,7 +81,10 @@ def _identical(name: str, a: torch.Tensor, b: torch.Tensor) -> str | None:
         return None
     diff, where = _largest(a, b)
     count = int((~same).sum())
-    return f"{name}: y differs in {count} element(s) (must be identical), max|diff| {diff:.3g} at {where}"
+    return (
+        f"{name}: y differs in {count} element(s) (must be identical), "
+        f"max|diff| {diff:.3g} at {where}"
+    )
 
 
 def _within(
