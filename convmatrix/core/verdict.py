@@ -3,7 +3,8 @@
 ``judge_output`` applies the ``Policy`` to measured metrics: by default the bound usage of the
 bound model (docs/spec.md §4) against the policy's safety factor, else a tolerance row
 (``Tolerances.lookup(judged_dtype(output, case), output)``); ``describe`` turns a
-``CaseResult`` into lines naming every failing output with its greatest abs and rel difference, where it is, and what was allowed.
+``CaseResult`` into lines naming every failing output with its greatest abs and rel
+difference, where it is, and what was allowed.
 The pytest item, the ``convmatrix run`` summary and the reports all print through here.
 
 ``judged_dtype`` is the one rule of which dtype an output is stored and judged in; the diff's
