@@ -11,7 +11,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.records import CaseResult, ErrorMetrics, PropertyResult
 from convmatrix.core.tolerances import Policy, Tolerance, Tolerances
 from convmatrix.core.verdict import case_severity as severity
-from convmatrix.core.verdict import describe, judge_output, row_dtype
+from convmatrix.core.verdict import describe, judge_output, judged_dtype
 from convmatrix.runners.metrics import error_metrics, rms
 
 F64 = torch.float64
@@ -111,12 +111,15 @@ def test_unknown_policy_mode_is_named():
         judge_output("y", metrics(0, 0), None, TOL, Policy(mode="strict"))
 
 
-def test_parameter_gradients_use_the_coarser_dtype_row():
+def test_parameter_gradients_are_judged_in_the_weight_dtype():
+    # One rule (core.verdict.judged_dtype): dw/db are stored in the weight dtype; with x=bf16
+    # and fp32 weights they are fp32 results of exact bf16 products, judged as fp32.
     case = Case("t", "fwd_bwd", 4, 8, 1, seqlen=8, x_dtype="float32", w_dtype="bfloat16")
-    assert row_dtype(case, "y") == "float32"
-    assert row_dtype(case, "dw") == row_dtype(case, "db") == "bfloat16"
+    assert judged_dtype("y", case) == judged_dtype("dS", case) == "float32"
+    assert judged_dtype("dw", case) == judged_dtype("db", case) == "bfloat16"
     case = Case("t", "fwd_bwd", 4, 8, 1, seqlen=8, x_dtype="bfloat16", w_dtype="float32")
-    assert row_dtype(case, "dw") == "bfloat16"
+    assert judged_dtype("dw", case) == "float32"
+    assert judged_dtype("dx", case) == judged_dtype("F", case) == "bfloat16"
     tol = Tolerances()
     assert tol.lookup("bfloat16", "dw").rel > tol.lookup("float32", "dw").rel
 

@@ -185,7 +185,7 @@ class MetricRow(Base):
     id: Mapped[intpk]
     case_pk: Mapped[case_fk]
     run_id: Mapped[run_fk]
-    x_dtype: Mapped[str32]
+    x_dtype: Mapped[str32]  # the dtype the output is judged in (core.verdict.judged_dtype)
     output: Mapped[str32]
     e_abs: Mapped[error]
     e_rel: Mapped[error]
@@ -199,6 +199,9 @@ class MetricRow(Base):
     limit_rel: Mapped[error]
     limit_norm: Mapped[error]
     passed: Mapped[bool]
+    bound_usage: Mapped[error]  # max |a-r| / bound (docs/spec.md §4); NULL before 0003
+    limit_usage: Mapped[error]  # the threshold rows' usage
+    usage_limit: Mapped[error]  # the bound usage allowed, when the bound judged
 
 
 class PropertyRow(Base):
@@ -255,6 +258,7 @@ class RunSummaryRow(Base):
     worst_norm: Mapped[error]
     median_norm: Mapped[error]
     worst_case_id: Mapped[hex12]
+    worst_usage: Mapped[error]  # the largest bound usage (NULL: none recorded)
 
 
 class RunCountRow(Base):

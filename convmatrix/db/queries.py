@@ -211,6 +211,7 @@ class OutputStats:
     worst_norm: float
     median_norm: float
     worst_case_id: str  # the case with the largest e_rel
+    worst_usage: float | None = None  # the largest bound usage (None: no bound recorded)
 
     @property
     def pass_rate(self) -> float:
@@ -250,7 +251,8 @@ def history(
     since: datetime | None = None,
     output: str | None = None,
 ) -> list[HistoryPoint]:
-    """Per run (oldest first) and output: errors of the cases whose input dtype is ``dtype``.
+    """Per run (oldest first) and output: errors of the outputs judged in ``dtype``
+    (``core.verdict.judged_dtype``: the x dtype, dw/db the weight dtype).
 
     Runs that stopped writing are read from their stored summaries (a few rows per run); the
     others are computed live by the same SELECT that filled those summaries
@@ -277,7 +279,7 @@ def history(
     rows = session.execute(
         select(c.run_id, Run.started_at, Run.kernel, Run.kernel_commit, Run.label)
         .add_columns(Run.device_kind, c.output, c.cases, c.passed, c.worst_rel, c.median_rel)
-        .add_columns(c.worst_norm, c.median_norm, c.worst_case_id)
+        .add_columns(c.worst_norm, c.median_norm, c.worst_case_id, c.worst_usage)
         .join(Run, Run.id == c.run_id)
         .where(*conditions)
     )
@@ -286,10 +288,10 @@ def history(
     points = [
         HistoryPoint(
             run_id, _aware(started), kernel, commit, label, device, out,
-            OutputStats(n, int(n_passed), *(_float(v) for v in errors), worst_case),
+            OutputStats(n, int(n_passed), *(_float(v) for v in errors), worst_case, usage),
         )
-        for run_id, started, kernel, commit, label, device, out, n, n_passed, *errors, worst_case
-        in rows
+        for run_id, started, kernel, commit, label, device, out, n, n_passed, *errors, worst_case,
+        usage in rows
     ]  # fmt: skip
     rank = {name: i for i, name in enumerate(OUTPUTS)}
     points.sort(key=lambda p: (p.started_at, p.run_id, rank.get(p.output, len(rank)), p.output))

@@ -24,6 +24,7 @@ from convmatrix.core.records import (
     PropertyResult,
     TimingResult,
 )
+from convmatrix.core.verdict import judged_dtype
 
 __all__ = [
     "CASE_COLUMNS",
@@ -102,7 +103,10 @@ def child_values(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """The ``metrics``, ``properties`` and ``timings`` rows of one stored result."""
     keys = {"case_pk": case_pk, "run_id": run_id}
-    metrics = [{**_metric(m), **keys, "x_dtype": result.case.x_dtype} for m in result.outputs]
+    case = result.case
+    metrics = [
+        {**_metric(m), **keys, "x_dtype": judged_dtype(m.output, case)} for m in result.outputs
+    ]
     props = [
         {**keys, "name": p.name, "passed": bool(p.passed), "detail": p.detail or ""}
         for p in result.properties

@@ -44,7 +44,7 @@ __all__ = [
 
 SUMMARY_COLUMNS = (
     "run_id", "x_dtype", "output", "cases", "passed", "worst_rel", "median_rel", "worst_norm",
-    "median_norm", "worst_case_id",
+    "median_norm", "worst_case_id", "worst_usage",
 )  # fmt: skip
 COUNT_COLUMNS = ("run_id", "x_dtype", *(f"n_{o}" for o in OUTCOMES))
 
@@ -64,7 +64,7 @@ def _median(values: Any, rank: Any, n: Any) -> Any:
 def summary_select(
     run_ids: Sequence[int], *, dtype: str | None = None, output: str | None = None
 ) -> Select[Any]:
-    """Per (run, input dtype, output) of ``run_ids``: the columns of ``SUMMARY_COLUMNS``.
+    """Per (run, judged dtype, output) of ``run_ids``: the columns of ``SUMMARY_COLUMNS``.
 
     A NaN error (stored as NULL) counts as +inf: a kernel that emits NaN is the worst case.
     Among equal worst errors the first case written is named (ties ordered by ``case_pk``), so
@@ -86,6 +86,7 @@ def summary_select(
             MetricRow.case_pk,
             rel.label("rel"),
             norm.label("norm"),
+            MetricRow.bound_usage.label("usage"),
             func.row_number()
             .over(partition_by=group, order_by=(rel, MetricRow.case_pk.desc()))
             .label("rel_rank"),
@@ -108,13 +109,18 @@ def summary_select(
             func.max(r.norm).label("worst_norm"),
             _median(r.norm, r.norm_rank, r.n).label("median_norm"),
             func.max(case((r.rel_rank == r.n, r.case_pk))).label("worst_pk"),
+            func.max(r.usage).label("worst_usage"),
         )
         .group_by(r.run_id, r.x_dtype, r.output)
         .subquery()
     )
     # The worst case's id: one lookup per group rather than a join on every metric row.
     g = per_group.c
-    named = (*(g[c] for c in SUMMARY_COLUMNS[:-1]), CaseRow.case_id.label("worst_case_id"))
+    named = (
+        *(g[c] for c in SUMMARY_COLUMNS[:-2]),
+        CaseRow.case_id.label("worst_case_id"),
+        g.worst_usage,
+    )
     return select(*named).join(CaseRow, CaseRow.id == g.worst_pk)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
 from convmatrix.core.tolerances import DEFAULT_TOLERANCES
+from convmatrix.core.verdict import judged_dtype
 from convmatrix.reports.viewmodel import RunHeader
 from convmatrix.runners.timing.compare import TimingComparison, compare_timings
 from convmatrix.runners.timing.history import TimingHistory
@@ -80,6 +81,8 @@ class ErrorChange:
     head_norm: float
     growth: float  # the largest head/base among ``metrics`` (0 or inf at NaN transitions)
     floor: float
+    base_usage: float | None = None  # bound usage (docs/spec.md §4), None where not recorded
+    head_usage: float | None = None
 
 
 @dataclass
@@ -134,7 +137,8 @@ def _error_change(
     result: CaseResult, b: OutputMetrics, h: OutputMetrics, opts: DiffOptions
 ) -> tuple[ErrorChange | None, ErrorChange | None]:
     """(regression, improvement) of one output; at most one is not None."""
-    floor = opts.floor_for(result.case.x_dtype, h.output)
+    dtype = judged_dtype(h.output, result.case)
+    floor = opts.floor_for(dtype, h.output)
     worse, better = [], []
     for metric in ("e_rel", "e_norm"):
         old, new = getattr(b, metric), getattr(h, metric)
@@ -149,7 +153,7 @@ def _error_change(
     change = ErrorChange(
         case_id=result.case.id,
         name=result.case.pytest_id,
-        dtype=result.case.x_dtype,
+        dtype=dtype,
         output=h.output,
         metrics=[m for m, _ in picked],
         base_rel=b.e_rel,
@@ -158,6 +162,8 @@ def _error_change(
         head_norm=h.e_norm,
         growth=max(g for _, g in picked) if worse else min(g for _, g in picked),
         floor=floor,
+        base_usage=b.bound_usage,
+        head_usage=h.bound_usage,
     )
     return (change, None) if worse else (None, change)
 

@@ -128,6 +128,7 @@ def build_history_view(
 FLAT_COLUMNS = (
     "run_id", "started_at", "kernel", "commit", "label", "run_cases", "run_pass_rate",
     "output", "cases", "passed", "worst_rel", "median_rel", "worst_norm", "median_norm",
+    "worst_usage",
 )  # fmt: skip
 
 
@@ -152,6 +153,7 @@ def flat_rows(view: HistoryView) -> list[dict[str, Any]]:
                     "median_rel": s.median_rel,
                     "worst_norm": s.worst_norm,
                     "median_norm": s.median_norm,
+                    "worst_usage": s.worst_usage,
                 }
             )
     return rows

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from convmatrix.core.case import Case
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
-from convmatrix.core.verdict import case_severity, output_severity
+from convmatrix.core.verdict import case_severity, judged_dtype, output_severity
 from convmatrix.reports.pivots import Pivot, build_pivots
 from convmatrix.reports.timing_view import TimingSummary, build_timing_summary
 from convmatrix.reports.viewmodel import RunHeader
@@ -48,8 +49,11 @@ class OutputLine:
     fw_norm: float | None
     vs_fw_rel: float | None  # e_rel / fw_rel: > 2 breaks flash-attention's rule
     vs_fw_norm: float | None
-    severity: float | None  # max(e/limit): > 1 fails the threshold
+    severity: float | None  # how much of what the verdict allowed: > 1 fails
     worst_index: list[int] | None
+    bound_usage: float | None = None  # max |a-r| / bound (docs/spec.md §4)
+    usage_limit: float | None = None  # the usage allowed when the bound judged
+    dtype: str | None = None  # the dtype the output is judged in (core.verdict.judged_dtype)
 
 
 @dataclass
@@ -122,7 +126,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def output_line(m: OutputMetrics) -> OutputLine:
+def output_line(m: OutputMetrics, case: Case | None = None) -> OutputLine:
     return OutputLine(
         output=m.output,
         passed=m.passed,
@@ -137,6 +141,9 @@ def output_line(m: OutputMetrics) -> OutputLine:
         vs_fw_norm=_ratio(m.e_norm, m.fw_norm),
         severity=output_severity(m),
         worst_index=m.worst_index,
+        bound_usage=m.bound_usage,
+        usage_limit=m.usage_limit,
+        dtype=None if case is None else judged_dtype(m.output, case),
     )
 
 
@@ -157,7 +164,7 @@ def _params(result: CaseResult) -> dict[str, Any]:
 
 def _case_line(run: RunHeader, result: CaseResult) -> CaseLine:
     lines = sorted(
-        (output_line(m) for m in result.outputs),
+        (output_line(m, result.case) for m in result.outputs),
         key=lambda o: (o.passed, -(o.severity or 0.0)),
     )
     return CaseLine(
