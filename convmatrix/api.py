@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from convmatrix.core.errors import UsageError
+from convmatrix.core.verdict import RULES
 from convmatrix.runners.summary import RunSummary
 
 __all__ = ["DEVICES", "run", "worker_count"]
@@ -51,6 +52,7 @@ def run(
     cases: Sequence[str] = (),
     resume: str | None = None,
     case_timeout: float | None = None,
+    policy: str | None = None,
     engine: str = "xdist",
     verbose: int = 0,
 ) -> RunSummary:
@@ -64,6 +66,8 @@ def run(
         raise UsageError("--resume needs the database; drop --no-db")
     if not resume and (not matrix or not kernel):
         raise UsageError("--matrix and --kernel are required (or --resume RUN)")
+    if policy is not None and policy not in tuple(RULES):
+        raise UsageError(f"--policy {policy!r}: one of {', '.join(tuple(RULES))}")
     from convmatrix.runners.controller import RunRequest
     from convmatrix.runners.engines import make_engine
     from convmatrix.runners.store import MemoryStore, RunStore
@@ -78,6 +82,7 @@ def run(
         resume=resume,
         case_timeout=case_timeout,
         workers=worker_count(workers, device),
+        policy=policy,
     )
     if no_db:
         store: RunStore = MemoryStore()

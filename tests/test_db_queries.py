@@ -13,6 +13,7 @@ from db_fixtures import fake_meta, fake_result
 from sqlalchemy import update
 
 from convmatrix.core.errors import UsageError
+from convmatrix.core.verdict import judged_dtype
 from convmatrix.db import (
     ResultWriter,
     Session,
@@ -94,13 +95,14 @@ def test_done_case_ids_and_case_pairs(db_engine):
 
 
 def _expected_history(runs_data, dtype):
-    """The numbers history() must return, computed here in Python from what was written."""
+    """The numbers history() must return, computed here in Python from what was written: the
+    outputs judged in ``dtype`` (core.verdict.judged_dtype: dw/db by the weight dtype)."""
     expected = {}
     for run_id, results in runs_data.items():
         by_output = {}
         for r in results:
-            if r.case.x_dtype == dtype:
-                for m in r.outputs:
+            for m in r.outputs:
+                if judged_dtype(m.output, r.case) == dtype:
                     by_output.setdefault(m.output, []).append((r.case.id, m))
         for output, items in by_output.items():
             rel = [math.inf if math.isnan(m.e_rel) else m.e_rel for _, m in items]

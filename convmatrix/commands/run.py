@@ -15,6 +15,7 @@ from pathlib import Path
 
 from convmatrix.commands.arguments import add_db_argument
 from convmatrix.core.errors import UsageError
+from convmatrix.core.verdict import RULES
 
 __all__ = ["add_arguments", "run_command"]
 
@@ -37,6 +38,7 @@ def run_command(args: argparse.Namespace) -> int:
         cases=args.cases,
         resume=args.resume,
         case_timeout=args.case_timeout,
+        policy=args.policy,
         verbose=args.verbose,
     )
     if args.report is not None and summary.run_id is not None:
@@ -72,6 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--resume", metavar="RUN", help="run only the cases RUN has no result for")
     p.add_argument("--case-timeout", type=float, help="seconds per case (default: matrix's)")
+    p.add_argument(
+        "--policy",
+        choices=tuple(RULES),
+        help="verdict policy, overriding the matrix's (default: bound; docs/spec.md §4)",
+    )
     p.add_argument("--report", type=Path, metavar="DIR", help="write the HTML report here")
     p.add_argument("-v", "--verbose", action="count", default=0, help="one line per case")
     p.set_defaults(handler=run_command)

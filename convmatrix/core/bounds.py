@@ -68,17 +68,22 @@ def gamma(n: Any, u: float, mode: str = "probabilistic", lam: float = DEFAULT_LA
     """The relative error factor of accumulating n terms at unit roundoff u.
 
     ``probabilistic``: lambda sqrt(n) u (Higham & Mary 2019, Theorem 3.1, rounding errors
-    independent with mean zero); ``worst_case``: n u / (1 - n u) (Higham, Accuracy and
-    Stability, §3.1), infinite once n u >= 1. ``n`` may be an int or a tensor.
+    independent with mean zero), or the worst case where that is smaller (n < lambda^2);
+    ``worst_case``: n u / (1 - n u) (Higham, Accuracy and Stability, §3.1), infinite once
+    n u >= 1. ``n`` may be an int or a tensor.
     """
-    if mode == "probabilistic":
-        return lam * (n**0.5) * u
+    if mode not in BOUND_MODES:
+        raise ValueError(f"unknown bound mode {mode!r}: one of {BOUND_MODES}")
+    nu = n * u
+    if isinstance(nu, int | float):
+        worst = nu / (1 - nu) if nu < 1 else math.inf
+    else:
+        worst = nu / (1 - nu).clamp(min=0)
     if mode == "worst_case":
-        nu = n * u
-        if isinstance(nu, int | float):
-            return nu / (1 - nu) if nu < 1 else math.inf
-        return nu / (1 - nu).clamp(min=0)
-    raise ValueError(f"unknown bound mode {mode!r}: one of {BOUND_MODES}")
+        return worst
+    # The worst case always holds; it is the smaller one below n = lambda^2 (36 terms).
+    prob = lam * (n**0.5) * u
+    return min(prob, worst) if isinstance(prob, int | float) else prob.minimum(worst)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -49,6 +49,7 @@ class RunRequest:
     case_timeout: float | None = None  # overrides the matrix's per-case limit
     files: list[str] = field(default_factory=list)  # *.matrix.yaml given to pytest as paths
     workers: int = 0  # parallel workers (recorded with the run)
+    policy: str | None = None  # --policy: overrides the matrix's policy mode
 
 
 def load_kernel(spec: str | None) -> Any:
@@ -75,6 +76,7 @@ class Prepared:
     device_count: int = 1  # devices of the kind workers spread over
     timeout_s: float | None = None  # --case-timeout overrides the matrix's
     resume: int | None = None  # the stored run this session completes
+    policy: str | None = None  # --policy overrides the matrix's policy mode
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
 
@@ -92,8 +94,11 @@ class Prepared:
         return not self.wanted or bool(select_cases([case], self.wanted, strict=False))
 
     def context(self, workload: Workload) -> Context:
+        policy = workload.policy
+        if self.policy is not None:
+            policy = replace(policy, mode=self.policy)
         return Context(
-            self.kernel, workload.tolerances, workload.policy, self.device, timing=workload.timing
+            self.kernel, workload.tolerances, policy, self.device, timing=workload.timing
         )
 
     def planned(self) -> set[str]:
@@ -137,6 +142,7 @@ def prepare(request: RunRequest, store: RunStore) -> Prepared:
         device_count=count,
         timeout_s=request.case_timeout,
         resume=resume.id if resume else None,
+        policy=request.policy,
     )
     for source in [*sources, *request.files]:
         prepared.workload(source)
@@ -191,6 +197,7 @@ def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
             "device": prepared.device_spec,
             "case_timeout_s": prepared.timeout_s,
             "cases": prepared.wanted,
+            "policy": prepared.policy,
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,

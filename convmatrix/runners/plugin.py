@@ -66,6 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--case", action="append", default=[], dest="cm_cases", help="run one case")
     group.addoption("--resume", help="run id (or latest/label/commit): run its missing cases")
     group.addoption("--case-timeout", type=float, help="seconds per case (default: matrix's)")
+    group.addoption("--policy", help="verdict policy, overriding the matrix's (default: bound)")
 
 
 def _active(config: pytest.Config) -> bool:
@@ -155,6 +156,7 @@ def _worker_prepared(workerinput: dict) -> Prepared:
             device=torch.device(where.device),
             device_count=count,
             timeout_s=info["timeout_s"],
+            policy=info.get("policy"),
         )
         for source in prepared.sources:
             prepared.workload(source)
@@ -177,6 +179,7 @@ def pytest_configure_node(node: Any) -> None:
         "device_kind": prepared.device.type,
         "device_count": prepared.device_count,
         "timeout_s": prepared.timeout_s,
+        "policy": prepared.policy,
     }
 
 

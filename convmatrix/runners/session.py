@@ -47,6 +47,7 @@ def _request(config: pytest.Config, xdist: bool) -> RunRequest:
         cases=list(opt("cm_cases")),
         resume=opt("resume"),
         case_timeout=opt("case_timeout"),
+        policy=opt("policy"),
         files=_file_sources(config),
         workers=int(getattr(config.option, "numprocesses", 0) or 0) if xdist else 0,
     )

@@ -1,0 +1,178 @@
+"""The bound model (docs/spec.md §4): gamma, the reference's magnitudes, the verdict it gives
+honest and defective kernels, exact causality, and the one dtype rule in the diff."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from convmatrix.core.bounds import Arithmetic, BoundModel, Magnitudes, gamma
+from convmatrix.core.case import Case
+from convmatrix.core.contract import Capabilities
+from convmatrix.core.records import CaseResult, OutputMetrics
+from convmatrix.core.tolerances import Policy
+from convmatrix.kernels.defects import DEFECTS, Fp32Kernel
+from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.reference import backward_magnitudes, conv_forward, forward_magnitudes
+from convmatrix.kernels.registry import load
+from convmatrix.reports.diff import build_diff
+from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.properties import causality
+from convmatrix.runners.workload import load_workload
+
+U32 = 2.0**-24
+
+
+def test_gamma_probabilistic_grows_with_sqrt_n_and_never_exceeds_the_worst_case():
+    for n in (1, 4, 35, 36, 37, 1000, 16384):
+        prob, worst = gamma(n, U32), gamma(n, U32, "worst_case")
+        assert prob <= worst
+        assert worst == pytest.approx(n * U32 / (1 - n * U32))
+    assert gamma(16384, U32) == pytest.approx(6 * 128 * U32)  # lambda sqrt(n) u, n > 36
+    assert gamma(4, U32) == gamma(4, U32, "worst_case")  # n < lambda^2: the worst case is less
+    assert gamma(300, 2.0**-8, "worst_case") == math.inf  # n u >= 1: no bound at all
+    t = gamma(torch.tensor([4.0, 16384.0]), U32)
+    assert t.tolist() == pytest.approx([gamma(4, U32), gamma(16384, U32)])
+    with pytest.raises(ValueError, match="unknown bound mode"):
+        gamma(4, U32, "optimistic")
+
+
+def test_the_worked_example_of_the_spec():
+    """docs/spec.md §4: y at one token, K=4, bf16 x, fp32 weights, bias, SiLU."""
+    x = torch.tensor([[[1.0, -2.0, 0.5, 1.5]]], dtype=torch.bfloat16)
+    w = torch.tensor([[0.5, -0.25, 0.75, 0.125]])  # w[k] multiplies x_{t-(K-1)+k}
+    b = torch.tensor([0.25])
+    y, _, saved = conv_forward(x, w, b, None, None, "silu", magnitudes=True)
+    m = forward_magnitudes(saved, y)
+    assert saved.z[0, 0, 3].item() == pytest.approx(1.8125)
+    assert saved.mag_z[0, 0, 3].item() == pytest.approx(1.8125)
+    assert m.n == 5
+    fp32 = BoundModel().bound(y, m, Arithmetic("float32", "fp32", "bfloat16", "bfloat16"))
+    assert fp32[0, 0, 3].item() == pytest.approx(6.09e-3, rel=1e-3)
+    torch_path = BoundModel().bound(y, m, Arithmetic("float32", "input", "bfloat16", "bfloat16"))
+    assert torch_path[0, 0, 3].item() == pytest.approx(0.096, rel=1e-2)
+
+
+def test_magnitudes_are_the_computation_on_absolute_values():
+    """Against a direct float64 evaluation with |w|, |x|, |b|, |g|: tolerance 1e-12 relative
+    (float64 sums of a few hundred terms)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 40, generator=gen, dtype=torch.float64)
+    w = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    b = torch.randn(3, generator=gen, dtype=torch.float64)
+    g = torch.randn(2, 3, 40, generator=gen, dtype=torch.float64)
+    y, _, saved = conv_forward(x, w, b, None, None, None, magnitudes=True)
+    abs_y = conv_forward(x.abs(), w.abs(), b.abs(), None, None, None)[0]
+    assert torch.allclose(forward_magnitudes(saved, y).mag, abs_y, rtol=1e-12)
+    _, mags = backward_magnitudes(saved, w, g, None)
+    abs_saved = conv_forward(x.abs(), w.abs(), b.abs(), None, None, None)[2]
+    from convmatrix.kernels.reference import conv_backward
+
+    dx, dw, db, _ = conv_backward(abs_saved, w.abs(), g.abs(), None)
+    assert torch.allclose(mags["dx"].mag, dx, rtol=1e-12)
+    assert torch.allclose(mags["dw"].mag, dw, rtol=1e-12)
+    assert torch.allclose(mags["db"].mag, db, rtol=1e-12)
+    assert mags["dw"].n == 2 * 40 and mags["dx"].n == 4
+
+
+def test_intermediate_rounding_widens_the_bound_and_rounding_once_uses_it_at_most_once():
+    r = torch.tensor([1.0, -3.0, 1e-3], dtype=torch.float64)
+    m = Magnitudes(torch.tensor([2.0, 3.0, 5.0], dtype=torch.float64), 4)
+    fp32 = BoundModel().bound(r, m, Arithmetic(out_dtype="bfloat16", in_dtype="bfloat16"))
+    wide = BoundModel().bound(
+        r, m, Arithmetic(intermediate="input", out_dtype="bfloat16", in_dtype="bfloat16")
+    )
+    assert bool((wide > fp32).all())
+    rounded = r.to(torch.bfloat16).double()
+    assert float(((rounded - r).abs() / fp32).max()) <= 1.0  # one rounding: within the bound
+
+
+def _nightly(kernel):
+    cases = [c for c in load_workload("nightly", kernel).cases if c.expect != "error"]
+    ctx = Context(kernel)
+    return [run_case(case, ctx) for case in cases]
+
+
+def test_the_honest_fp32_base_of_the_defects_passes_nightly():
+    results = _nightly(Fp32Kernel())
+    assert all(r.outcome in ("passed", "skipped") for r in results), [
+        r.case.pytest_id for r in results if r.outcome == "failed"
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(DEFECTS))
+def test_every_precision_defect_fails_nightly_under_the_default_policy(name):
+    results = _nightly(DEFECTS[name]())
+    failed = [r for r in results if r.outcome == "failed"]
+    assert failed, f"{name} passed nightly"
+    # by the bound: some output's usage exceeds what the policy allows
+    usage = [o.bound_usage for r in failed for o in r.outputs if o.bound_usage is not None]
+    assert max(usage) > Policy().safety
+
+
+class OneUlpLeak(TorchKernel):
+    """The torch path, except y[t] moves by one ulp when x[t+1] > 0: a leak from the future
+    far below any tolerance row."""
+
+    name = "one_ulp_leak"
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        out = super().forward(x, weight, bias, **kwargs)
+        y = out[0] if isinstance(out, tuple) else out
+        ahead = torch.zeros_like(y, dtype=torch.bool)
+        ahead[..., :-1] = x[..., 1:] > 0
+        y = torch.where(ahead, torch.nextafter(y, torch.full_like(y, math.inf)), y)
+        return (y, out[1]) if isinstance(out, tuple) else y
+
+
+class NondeterministicLeak(OneUlpLeak):
+    name = "nondeterministic_leak"
+    capabilities = Capabilities(intermediate="input", deterministic=False)
+
+
+FWD = Case("fwd", "fwd", 4, 16, 2, seqlen=64, checks=("causality",))
+
+
+def test_causality_is_exact_a_one_ulp_leak_from_the_future_fails():
+    prop = causality(OneUlpLeak(), FWD, Policy(), torch.device("cpu"))
+    assert not prop.passed
+    assert "must be identical" in prop.detail and "max|diff|" in prop.detail
+    assert causality(TorchKernel(), FWD, Policy(), torch.device("cpu")).passed
+
+
+def test_a_nondeterministic_kernel_is_held_to_the_bound_instead():
+    assert causality(NondeterministicLeak(), FWD, Policy(), torch.device("cpu")).passed
+
+
+def _dw_result(case: Case, e_rel: float) -> CaseResult:
+    m = OutputMetrics("dw", e_rel, e_rel, e_rel, 0.1, 0.1, [0, 0], passed=True)
+    return CaseResult(case=case, outcome="passed", outputs=[m])
+
+
+def test_diff_judges_dw_by_the_weight_dtype_floor():
+    from test_report_view import header
+
+    w_bf16 = Case("fwd_bwd", "fwd_bwd", 4, 8, 1, seqlen=8, x_dtype="float32", w_dtype="bfloat16")
+    x_bf16 = Case("fwd_bwd", "fwd_bwd", 4, 8, 1, seqlen=8, x_dtype="bfloat16", w_dtype="float32")
+    base = [_dw_result(w_bf16, 1e-3), _dw_result(x_bf16, 1e-5)]
+    head = [_dw_result(w_bf16, 1e-2), _dw_result(x_bf16, 1e-4)]
+    view = build_diff(header(), base, header(), head)
+    # x=fp32/w=bf16: 10x growth but under the bf16 dw floor (16 u_bf16 = 0.0625): noise.
+    # x=bf16/w=fp32: dw is an fp32 result, its floor 9.5e-7: a regression.
+    assert [(e.case_id, e.dtype) for e in view.error_regressions] == [(x_bf16.id, "float32")]
+    assert view.error_regressions[0].floor == pytest.approx(16 * U32)
+
+
+@pytest.mark.slow
+def test_torch_passes_production_under_the_default_policy():
+    torch.set_num_threads(2)
+    kernel = load("torch")
+    ctx = Context(kernel)
+    bad = []
+    for case in load_workload("production", kernel).cases:
+        result = run_case(case, ctx)
+        if result.outcome != "passed":
+            bad.append(result.case.pytest_id)
+    assert not bad
