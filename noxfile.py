@@ -33,19 +33,16 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", workers, *session.posargs)
 
 
-@nox.session
-def matrix(session: nox.Session) -> None:
-    """The nightly job: run the nightly matrix on this machine's devices, write the run report
-    (reports/run-<id>.html) and the diff against the previous run of the same kernel
-    (reports/diff.html). Arguments after ``--`` go to ``convmatrix run``.
-    """
+def _run_matrix(session: nox.Session, matrix: str) -> None:
+    """Run ``matrix`` (posargs after ``--`` go to ``convmatrix run``), write its report and
+    the diff against the previous run of the same kernel; fail when cases failed."""
     install_project(session)
     args = list(session.posargs)
     if _option_value(args, "--kernel") is None:
         args = ["--kernel", "tiled", *args]  # the kernel this project ports; override after --
     db = _option_value(args, "--db")
     try:
-        session.run("convmatrix", "run", "--matrix", "nightly", "--report", "reports", *args)
+        session.run("convmatrix", "run", "--matrix", matrix, "--report", "reports", *args)
     except CommandFailed as exc:
         if getattr(exc, "return_code", None) != 1:
             raise  # a usage error or an interruption: no new run to compare
@@ -57,7 +54,23 @@ def matrix(session: nox.Session) -> None:
     diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/diff.html"]
     session.run(*diff, *(["--db", db] if db else []))
     if failed is not None:
-        session.error("the nightly matrix has failing cases: see reports/")
+        session.error(f"the {matrix} matrix has failing cases: see reports/")
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """The nightly job: run the nightly matrix on this machine's devices, write the run report
+    (reports/run-<id>.html) and the diff against the previous run of the same kernel
+    (reports/diff.html). Arguments after ``--`` go to ``convmatrix run``.
+    """
+    _run_matrix(session, "nightly")
+
+
+@nox.session
+def production(session: nox.Session) -> None:
+    """The production matrix (Mamba-sized shapes, docs in README "Verdicts"): a few minutes
+    with ``tiled`` on 2 CPU cores at ``-n 2``; report and diff like ``matrix``."""
+    _run_matrix(session, "production")
 
 
 @nox.session
