@@ -294,8 +294,9 @@ def test_low_precision_within_dtype_tolerances(x_dtype, w_dtype):
     _fla()
     p = make_problem(B, C, L, 4, seed=7, x_dtype=x_dtype, w_dtype=w_dtype)
     got, ref = run_both(FlaKernel(), p, layout="channel_last")
-    # dw/db are judged in the coarser dtype, as the matrix does (verdict.row_dtype): they are
-    # computed from x-dtype inputs (fla also recomputes the pre-activation in x's dtype)
+    # dw/db get the coarser dtype's rows here: fla computes them from x-dtype intermediates
+    # (it recomputes the pre-activation in x's dtype), which it declares (intermediate="input")
+    # and the matrix's bound model accounts for
     coarse = "bfloat16" if "bfloat16" in (x_dtype, w_dtype) else "float16"
     assert_matches(got, ref, {**_stored_dtypes(x_dtype, w_dtype), "dw": coarse, "db": coarse})
 
