@@ -184,3 +184,24 @@ def test_torch_passes_production_under_the_default_policy():
         if result.outcome != "passed":
             bad.append(result.case.pytest_id)
     assert not bad
+
+
+def test_the_policy_is_chosen_on_the_command_line(capsys):
+    from convmatrix.api import run
+    from convmatrix.cli import main
+
+    kernel = load("torch")
+    # bf16 x with fp32 weights: dw is judged as fp32. The torch path computes it in bf16
+    # (declared intermediate="input"), so the bound passes it and the fp32 threshold row not.
+    case = next(
+        c
+        for c in load_workload("nightly", kernel).cases
+        if c.op == "fwd_bwd" and (c.x_dtype, c.w_dtype) == ("bfloat16", "float32")
+    )
+    common = dict(workers=0, no_db=True, cases=[case.id])
+    assert run("nightly", "torch", **common).exit_code == 0
+    assert run("nightly", "torch", policy="threshold", **common).exit_code == 1
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--matrix", "nightly", "--kernel", "torch", "--policy", "strict"])
+    assert exit_.value.code == 2
+    assert "argument --policy: invalid choice: 'strict'" in capsys.readouterr().err
