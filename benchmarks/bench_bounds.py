@@ -6,7 +6,7 @@
 Each case is run once (``runners.execute.run_case`` under the default ``bound`` policy, the
 torch path beside it) and judged afterwards under every policy from what the run records:
 ``bound`` (bound usage <= safety), ``threshold`` (the rows' usage <= 1), ``old_threshold``
-(the rows as they were judged before the bound model: dw/db by the coarser of the x and weight dtypes),
+(the rows as judged before the bound model: dw/db by the coarser of the x and weight dtype),
 ``framework`` (e_rel and e_norm <= factor x the torch path's + floor) and
 ``threshold_or_framework``. A failing
 property check (causality, packed isolation, chunk consistency, guards) fails the case under
