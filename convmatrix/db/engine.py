@@ -117,12 +117,23 @@ def write_session(engine: Engine) -> Iterator[Session]:
 
 
 @contextmanager
-def write_connection(engine: Engine) -> Iterator[Connection]:
-    """A connection inside one write transaction (used for migrations); commits on exit."""
+def write_connection(engine: Engine, *, foreign_keys: bool = False) -> Iterator[Connection]:
+    """A connection inside one write transaction, for migrations; commits on exit.
+
+    On SQLite foreign keys are off for this transaction unless ``foreign_keys`` (switched
+    before it begins: the PRAGMA is ignored inside one): a migration that copies a table and
+    drops the original must not cascade the drop to the rows that refer to it."""
     with engine.connect() as conn:
-        conn.execution_options(**{_WRITE: True})
-        with conn.begin():
-            yield conn
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite and not foreign_keys:
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")
+        try:
+            conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
+        finally:
+            if sqlite and not foreign_keys:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")
 
 
 def connection_error(engine: Engine, err: Exception) -> ConvmatrixError:
