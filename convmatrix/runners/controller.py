@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import platform
 import sys
 from collections import Counter
@@ -93,7 +94,12 @@ class Prepared:
 
     def context(self, workload: Workload) -> Context:
         return Context(
-            self.kernel, workload.tolerances, workload.policy, self.device, timing=workload.timing
+            self.kernel,
+            workload.tolerances,
+            workload.policy,
+            self.device,
+            timing=workload.timing,
+            memory_budget_mb=workload.memory_budget_mb,
         )
 
     def planned(self) -> set[str]:
@@ -116,6 +122,11 @@ def _device(spec: str, spread: bool) -> tuple[torch.device, int]:
 def prepare(request: RunRequest, store: RunStore) -> Prepared:
     """Resolve ``request`` on the controller: the stored run it resumes (one lookup in the
     store), the kernel, the device, every workload. ``UsageError`` names what is wrong."""
+    timeout = request.case_timeout
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--case-timeout must be a finite number of seconds > 0, not {timeout}")
+    if request.label is not None and (len(request.label) > 200 or "\x00" in request.label):
+        raise UsageError("--label: at most 200 characters, without NUL")
     sources = [request.matrix] if request.matrix else []
     kernel_spec, resume = request.kernel, None
     if request.resume:
