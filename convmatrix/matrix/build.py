@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from convmatrix.core.case import Case
+from convmatrix.matrix.errors import MatrixError
 from convmatrix.matrix.rules import case_env
 from convmatrix.matrix.spec import SuiteSpec
-from convmatrix.matrix.errors import MatrixError
 from convmatrix.matrix.values import Value, check_int, resolve_int, resolve_packing
 
 __all__ = ["MAX_ELEMENTS", "applicable_checks", "build_case", "spec_violation"]

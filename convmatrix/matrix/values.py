@@ -20,13 +20,13 @@ from convmatrix.matrix.source import YNode
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS, Expr, parse_expr
 
 __all__ = [
-    "MAX_INT",
-    "check_int",
     "DIMENSIONS",
     "DTYPE_ALIASES",
+    "MAX_INT",
     "Dim",
     "Packing",
     "Value",
+    "check_int",
     "dims_for",
     "parse_dtype",
     "resolve_int",
