@@ -28,6 +28,7 @@ __all__ = [
     "connection_error",
     "default_url",
     "make_engine",
+    "redact_argv",
     "redact_url",
     "write_connection",
     "write_session",
@@ -36,6 +37,8 @@ __all__ = [
 DEFAULT_URL = "sqlite:///convmatrix.db"
 ENV_VAR = "CONVMATRIX_DB"
 BUSY_TIMEOUT_MS = 60_000
+_USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")  # scheme://user:PASSWORD@host
+_PASSWORD_PARAM = re.compile(r"([?&][^=&\s]*password[^=&\s]*=)[^&\s]*", re.IGNORECASE)
 _WRITE = "convmatrix_write"  # execution option: this transaction will write
 
 
@@ -52,6 +55,19 @@ def redact_url(url: str | URL) -> str:
     secret = {k: "***" for k in parsed.query if "password" in k.lower()}
     shown = parsed.update_query_dict(secret).render_as_string(hide_password=True)
     return shown.replace("%2A%2A%2A", "***")  # the query part comes back URL-quoted
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with the password of every URL in it redacted (``--db URL``,
+    ``--db=URL``, ``CONVMATRIX_DB=URL``), as ``redact_url`` shows one: a run's stored argv
+    must hold no secret. Arguments without a URL stay as they are."""
+    shown = []
+    for arg in argv:
+        if "://" in arg:
+            arg = _USERINFO.sub(r"\1***@", arg)
+            arg = _PASSWORD_PARAM.sub(r"\1***", arg)
+        shown.append(arg)
+    return shown
 
 
 def _parse(url: str) -> URL:

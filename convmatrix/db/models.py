@@ -37,7 +37,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from convmatrix.core.records import OUTCOMES
 
 __all__ = [
+    "HEARTBEAT_S",
     "RUN_STATUSES",
+    "STALE_HEARTBEAT_S",
     "Base",
     "CaseRow",
     "MetricRow",
@@ -52,6 +54,8 @@ __all__ = [
 # abandoned: a run left ``running`` whose controller stopped beating (killed without a word);
 # it can be resumed like an interrupted one.
 RUN_STATUSES = ("running", "finished", "interrupted", "abandoned")
+HEARTBEAT_S = 2.0  # how often a writing controller stamps runs.heartbeat_at
+STALE_HEARTBEAT_S = 30.0  # a running run silent this long lost its controller
 
 # Deterministic constraint names, so migrations can refer to (and batch-alter) them everywhere.
 NAMING_CONVENTION = {

@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
 from convmatrix.db.engine import redact_url
 from convmatrix.db.migrate import open_database
+from convmatrix.db.models import STALE_HEARTBEAT_S
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter
 from convmatrix.runners.store import StoredRun
@@ -43,6 +45,12 @@ class DatabaseStore:
     def lookup(self, spec: str) -> StoredRun:
         with Session(self.engine) as session:
             info = resolve_run(session, spec)
+            age = info.heartbeat_age()
+            if info.status == "running" and age is not None and age <= STALE_HEARTBEAT_S:
+                raise UsageError(
+                    f"--resume {spec}: run {info.id} is still running (pid {info.pid} on "
+                    f"{info.host}, heartbeat {age:.0f} s ago); resume it once it has stopped"
+                )
             done = done_case_ids(session, info.id)
         sources = info.options.get("matrix_sources") or [info.matrix]
         return StoredRun(

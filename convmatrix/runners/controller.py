@@ -170,7 +170,10 @@ class Setup:
         """The run's recorder, with the run opened in the store."""
         planned = self.prepared.planned()
         meta = run_meta(self.prepared, self.request, len(planned))
-        return Controller(self.store, meta, planned, self.prepared.resume)
+        controller = Controller(self.store, meta, planned, self.prepared.resume)
+        for workload in self.prepared.workloads.values():
+            controller.known.update((c.id, c) for c in workload.cases if c.id in planned)
+        return controller
 
 
 def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
@@ -218,6 +221,7 @@ class Controller:
         self.results: dict[str, CaseResult] = {}
         self.crashed_workers: Counter[str] = Counter()
         self.summary: RunSummary | None = None  # set once the run is closed
+        self.known: dict[str, Case] = {}  # planned cases by id (``lost`` needs the case)
 
     def record(self, result: CaseResult) -> bool:
         """Keep one result; False (and nothing kept) if the case already has one or the run
@@ -235,11 +239,25 @@ class Controller:
         message = f"the worker process died while running this case ({detail})"
         return self.record(CaseResult(case=case, outcome="crashed", message=message, worker=worker))
 
+    def _record_lost(self) -> None:
+        """A session that ran to its end without a result for some planned case lost it
+        (a worker killed from outside, xdist out of worker restarts): ``lost``, so the run
+        accounts for every planned case. Cases are found by id among the collected ones."""
+        missing = self.planned - set(self.results)
+        for case in self.cases_by_id(missing):
+            message = "no result arrived for this case (its worker was lost before reporting)"
+            self.record(CaseResult(case=case, outcome="lost", message=message))
+
+    def cases_by_id(self, ids: set[str]) -> list[Case]:
+        return [self.known[i] for i in sorted(ids) if i in self.known]
+
     def finish(self, interrupted: bool, signalled: bool = False) -> RunSummary:
         """Close the run: ``finished`` when every planned case has a result, else
         ``interrupted``. Idempotent: a second call returns the first summary."""
         if self.summary is not None:
             return self.summary
+        if not interrupted:
+            self._record_lost()
         complete = self.planned <= set(self.results)
         status = "finished" if complete and not interrupted else "interrupted"
         stored = self.store.finish(status)
