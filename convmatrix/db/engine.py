@@ -10,8 +10,10 @@ gets SQLITE_BUSY without waiting). PostgreSQL works through any SQLAlchemy URL; 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +32,7 @@ __all__ = [
     "make_engine",
     "redact_argv",
     "redact_url",
+    "sqlite_file",
     "write_connection",
     "write_session",
 ]
@@ -83,6 +86,36 @@ def _parse(url: str) -> URL:
     return parsed
 
 
+def sqlite_file(url: str | None = None) -> Path | None:
+    """The file a SQLite URL names (None: another backend, or an in-memory database)."""
+    parsed = _parse(url or default_url())
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    if parsed.database.startswith("file:"):  # a URI (?uri=true): file:path?mode=ro
+        return Path(parsed.database[5:].split("?")[0]).expanduser()
+    return Path(parsed.database).expanduser()
+
+
+def _check_sqlite_file(path: Path, shown: str) -> None:
+    """Refuse, without changing it, a file that is not a convmatrix database: not SQLite at
+    all, or tables of something else and no ``alembic_version`` (its journal mode included:
+    a refused file must not be switched to WAL)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as err:
+        raise UsageError(f"--db / {ENV_VAR}: {shown} is not a usable SQLite file: {err}") from err
+    ours = {"alembic_version", "runs"}
+    if tables and not ours <= tables:
+        some = ", ".join(sorted(tables)[:5])
+        raise UsageError(
+            f"--db / {ENV_VAR}: {shown} is not a convmatrix database (it holds {some}); "
+            "give a new file or one convmatrix created"
+        )
+
+
 def make_engine(url: str | None = None) -> Engine:
     """An engine for ``url`` (default: ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``)."""
     parsed = _parse(url or default_url())
@@ -92,7 +125,16 @@ def make_engine(url: str | None = None) -> Engine:
         if memory:
             kwargs["poolclass"] = pool.StaticPool  # one connection, or each sees its own db
         elif parsed.database:
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = sqlite_file(str(url or default_url()))
+            assert path is not None
+            _check_sqlite_file(path, redact_url(parsed))
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise UsageError(
+                    f"--db / {ENV_VAR}: cannot create the directory of {redact_url(parsed)}: "
+                    f"{err.strerror}"
+                ) from err
     else:
         kwargs["pool_pre_ping"] = True
     try:

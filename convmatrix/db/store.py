@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
-from convmatrix.db.engine import redact_url
+from convmatrix.db.engine import redact_url, sqlite_file
 from convmatrix.db.migrate import open_database
 from convmatrix.db.models import STALE_HEARTBEAT_S
 from convmatrix.db.queries import done_case_ids, resolve_run
@@ -43,6 +43,9 @@ class DatabaseStore:
         return redact_url(self.engine.url)
 
     def lookup(self, spec: str) -> StoredRun:
+        path = sqlite_file(self.url)
+        if path is not None and not path.is_file():  # opening it would create it
+            raise UsageError(f"--resume {spec}: there is no database at {path}")
         with Session(self.engine) as session:
             info = resolve_run(session, spec)
             age = info.heartbeat_age()

@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, delete, exc, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
-from convmatrix.db.engine import redact_argv, redact_url, write_session
+from convmatrix.db.engine import connection_error, redact_argv, redact_url, write_session
 from convmatrix.db.migrate import ensure_schema
 from convmatrix.db.models import (
     HEARTBEAT_S,
@@ -130,7 +130,14 @@ class ResultWriter:
 
     # -- the run ------------------------------------------------------------------------------
     def start_run(self, meta: RunMeta) -> int:
-        """Create the run row (status ``running``) and return its id."""
+        """Create the run row (status ``running``) and return its id. A database that cannot
+        be written (read-only, full) is a one-line ``ConvmatrixError`` before anything runs."""
+        try:
+            return self._start_run(meta)
+        except exc.DBAPIError as err:
+            raise connection_error(self.engine, err) from err
+
+    def _start_run(self, meta: RunMeta) -> int:
         reap_stale_runs(self.engine, meta.host)
         values = asdict(meta)
         values["argv"] = redact_argv(meta.argv)
@@ -150,6 +157,7 @@ class ResultWriter:
         self._beating.set()
         self._beating = threading.Event()
         stop, run_id = self._beating, self.run_id
+        failed: list[Exception] = []
 
         def beat() -> None:
             while not stop.wait(HEARTBEAT_S):
@@ -158,13 +166,21 @@ class ResultWriter:
                         session.execute(
                             update(Run).where(Run.id == run_id).values(heartbeat_at=utcnow())
                         )
-                except Exception as err:  # the next beat tries again
-                    print(f"convmatrix: heartbeat failed: {err}", file=sys.stderr)
+                except Exception as err:  # the next beat tries again; say so once
+                    if not failed:
+                        print(f"convmatrix: heartbeat failed: {err}", file=sys.stderr)
+                    failed.append(err)
 
         threading.Thread(target=beat, name="convmatrix-heartbeat", daemon=True).start()
 
     def resume_run(self, run_id: int) -> None:
         """Write into an existing run again (``convmatrix run --resume``): status ``running``."""
+        try:
+            self._resume_run(run_id)
+        except exc.DBAPIError as err:
+            raise connection_error(self.engine, err) from err
+
+    def _resume_run(self, run_id: int) -> None:
         with write_session(self.engine) as session:
             run = session.get(Run, run_id)
             if run is None:
