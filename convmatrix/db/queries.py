@@ -9,6 +9,8 @@ and kept per run once it stops writing (``summaries.py``), so history reads a fe
 from __future__ import annotations
 
 import math
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -94,10 +96,30 @@ class RunInfo:
     def shown_status(self) -> str:
         """The status, with a ``running`` run whose controller stopped beating shown as
         ``abandoned (N s without a heartbeat)``: it was killed without a word."""
-        age = self.heartbeat_age()
-        if self.status == "running" and age is not None and age > STALE_HEARTBEAT_S:
-            return f"abandoned ({age:.0f} s without a heartbeat)"
+        if self.abandoned:
+            return f"abandoned ({self.heartbeat_age():.0f} s without a heartbeat)"
         return self.status
+
+    @property
+    def abandoned(self) -> bool:
+        """A ``running`` run whose controller is gone: heartbeat stale, or (this host) its
+        process has ended. Runs from before heartbeats are never called abandoned here."""
+        age = self.heartbeat_age()
+        if self.status != "running" or age is None:
+            return False
+        return age > STALE_HEARTBEAT_S or (self.host == socket.gethostname() and not self._alive())
+
+    def _alive(self) -> bool:
+        """Whether the writing process still exists (on this host)."""
+        if self.pid is None:
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     @property
     def n_results(self) -> int:

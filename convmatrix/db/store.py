@@ -17,7 +17,6 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
 from convmatrix.db.engine import redact_url, sqlite_file
 from convmatrix.db.migrate import open_database
-from convmatrix.db.models import STALE_HEARTBEAT_S
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter
 from convmatrix.runners.store import StoredRun
@@ -49,7 +48,7 @@ class DatabaseStore:
         with Session(self.engine) as session:
             info = resolve_run(session, spec)
             age = info.heartbeat_age()
-            if info.status == "running" and age is not None and age <= STALE_HEARTBEAT_S:
+            if info.status == "running" and age is not None and not info.abandoned:
                 raise UsageError(
                     f"--resume {spec}: run {info.id} is still running (pid {info.pid} on "
                     f"{info.host}, heartbeat {age:.0f} s ago); resume it once it has stopped"
