@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, exc
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
-from convmatrix.db.engine import redact_url, sqlite_file
+from convmatrix.db.engine import connection_error, redact_url, sqlite_file, write_session
 from convmatrix.db.migrate import open_database
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter
@@ -40,6 +40,15 @@ class DatabaseStore:
 
     def where(self) -> str | None:
         return redact_url(self.engine.url)
+
+    def check(self) -> None:
+        """Open the database (schema included) and take the write lock once: a read-only
+        file or server fails here, in one line, not inside the run."""
+        try:
+            with write_session(self.engine):
+                pass
+        except exc.DBAPIError as err:
+            raise connection_error(self.engine, err) from err
 
     def lookup(self, spec: str) -> StoredRun:
         path = sqlite_file(self.url)

@@ -23,7 +23,8 @@ def _check_size(suite: SuiteSpec, values: Mapping[str, Value], case: Case) -> No
     time = case.seqlen if case.op != "update" else (case.tokens or 0) * (case.steps or 0)
     elements = case.batch * case.dim * max(time or 0, case.state_len or 0, 1)
     if elements > MAX_ELEMENTS:
-        v = values["seqlen" if "seqlen" in values else "batch"]
+        sizes = {d: getattr(case, d) or 0 for d in ("batch", "dim", "seqlen") if d in values}
+        v = values[max(sizes, key=sizes.__getitem__)]  # point at the largest factor
         raise MatrixError(
             v.mark,
             v.path,

@@ -201,7 +201,10 @@ def _syntax_error(file: str, exc: yaml.MarkedYAMLError) -> MatrixError:
 
 def load_yaml(text: str, file: str) -> YNode:
     """Parse ``text`` (from ``file``, for messages) into a position-carrying tree."""
-    loader = _MarkingLoader(text)
+    try:
+        loader = _MarkingLoader(text)  # reads the first characters: may raise ReaderError
+    except yaml.YAMLError as exc:
+        raise MatrixError(Mark(file, 1, 1), "(syntax)", f"invalid YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -164,7 +164,11 @@ class Setup:
 
     @classmethod
     def of(cls, request: RunRequest, store: RunStore) -> Setup:
-        return cls(request, prepare(request, store), store)
+        """The run prepared, then the store checked: a refused run (a bad matrix, kernel or
+        option) touches no database; a store it cannot write is refused before it starts."""
+        prepared = prepare(request, store)
+        store.check()
+        return cls(request, prepared, store)
 
     def controller(self) -> Controller:
         """The run's recorder, with the run opened in the store."""
