@@ -21,6 +21,7 @@ __all__ = ["CaseProcesses", "descendants", "kill_new_descendants", "watch_parent
 
 _PROC = Path("/proc")
 PARENT_POLL_S = 0.25  # how often a worker looks for its controller
+REAP_S = 1.0  # how long to wait for killed children to be reaped
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -52,9 +53,19 @@ def kill_new_descendants(before: set[int]) -> list[int]:
     for pid in new:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-    for pid in new:  # reap our own children so they do not linger as zombies
-        with contextlib.suppress(OSError):
-            os.waitpid(pid, os.WNOHANG)
+    pending, deadline = set(new), time.monotonic() + REAP_S
+    while pending and time.monotonic() < deadline:  # reap our own children: no zombies
+        for pid in list(pending):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not our child (a grandchild): init reaps it
+                done = pid
+            except OSError:
+                done = pid
+            if done:
+                pending.discard(pid)
+        if pending:
+            time.sleep(0.01)
     return new
 
 
