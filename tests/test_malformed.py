@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from runner_helpers import KERNELS
 
 from convmatrix.cli import main
 from convmatrix.matrix import expand_matrix, load_matrix
@@ -192,6 +193,8 @@ def _cli_cases(tmp: Path, db: Path) -> list[tuple[list[str], str]]:
         ([*run, "--kernel", "os:abort", "--db", url], "is not a kernel"),
         ([*run, "--kernel", "json:loads", "--db", url], "is not a kernel"),
         ([*run, "--kernel", "nope", "--db", url], "unknown kernel"),
+        ([*run, "--kernel", "fault_kernels:LongName", "--db", url], "1 to 200 characters"),
+        ([*run, "--kernel", "torch", "--db", f"sqlite:///file:{db}?mode=ro&uri=true"], "readonly"),
         ([*run, "--kernel", "nosuchmodule:K", "--db", url], "cannot import"),
         ([*run, "--kernel", "torch", "--case-timeout", "nan", "--db", url], "--case-timeout"),
         ([*run, "--kernel", "torch", "--case-timeout", "-1", "--db", url], "--case-timeout"),
@@ -236,8 +239,9 @@ def _cli_cases(tmp: Path, db: Path) -> list[tuple[list[str], str]]:
 
 
 def test_every_malformed_command_line_is_one_line_exit_2_and_changes_nothing(
-    tmp_path, convmatrix_db, capsys
+    tmp_path, convmatrix_db, capsys, monkeypatch
 ):
+    monkeypatch.syspath_prepend(str(KERNELS))  # fault_kernels, importable in this process
     cases = _cli_cases(tmp_path, convmatrix_db)
     assert len(cases) >= 20
     watched = [convmatrix_db, tmp_path / "foreign.db", tmp_path / "garbage.db"]

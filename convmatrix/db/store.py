@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import Engine, exc
+from sqlalchemy import Engine, exc, text
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
@@ -42,13 +42,13 @@ class DatabaseStore:
         return redact_url(self.engine.url)
 
     def check(self) -> None:
-        """Open the database (schema included) and take the write lock once: a read-only
-        file or server fails here, in one line, not inside the run."""
+        """Open the database (schema included) and write nothing once (a DELETE matching no
+        row): a read-only file, server or role fails here, in one line, not inside the run."""
         try:
-            with write_session(self.engine):
-                pass
-        except exc.DBAPIError as err:
-            raise connection_error(self.engine, err) from err
+            with write_session(self.engine) as session:
+                session.execute(text("DELETE FROM alembic_version WHERE 1 = 0"))
+        except exc.DBAPIError as err:  # a database the run cannot use: a usage error (exit 2)
+            raise UsageError(str(connection_error(self.engine, err))) from err
 
     def lookup(self, spec: str) -> StoredRun:
         path = sqlite_file(self.url)

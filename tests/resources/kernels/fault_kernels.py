@@ -99,3 +99,9 @@ class SlowPasses(TorchKernel):
 
         time.sleep(2.0)
         return super().forward(x, weight, bias, **kwargs)
+
+
+class LongName(TorchKernel):
+    """A name longer than the database's kernel column (varchar(200))."""
+
+    name = "k" * 201
