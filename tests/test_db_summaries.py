@@ -198,9 +198,9 @@ def test_interrupted_and_reaped_runs_are_summarised(db_engine):
         session.get(Run, orphan).pid = int(dead.stdout)  # as if SIGKILLed mid-run
     ResultWriter(db_engine).start_run(fake_meta(label="next"))  # reaps the orphan
     with Session(db_engine) as session:
-        for run_id in (interrupted, orphan):
+        for run_id, status in ((interrupted, "interrupted"), (orphan, "abandoned")):
             run = session.get(Run, run_id)
-            assert run.status == "interrupted" and run.summarised_at is not None
+            assert run.status == status and run.summarised_at is not None
         stored = session.scalars(select(RunSummaryRow.run_id)).all()
     assert sorted(set(stored)) == sorted((interrupted, orphan))
 

@@ -188,7 +188,7 @@ def test_resume_continues_the_same_run(db_engine):
     assert run.status == "finished" and run.counts["passed"] == 5
 
 
-def test_runs_of_dead_processes_are_marked_interrupted(db_engine):
+def test_runs_of_dead_processes_are_marked_abandoned(db_engine):
     script = "import os; print(os.getpid())"
     dead = subprocess.run(
         [sys.executable, "-c", script], check=True, capture_output=True, text=True
@@ -201,7 +201,7 @@ def test_runs_of_dead_processes_are_marked_interrupted(db_engine):
         session.get(Run, orphan).pid = int(dead.stdout)  # as if SIGKILLed mid-run
     live = ResultWriter(db_engine).start_run(fake_meta(label="next"))
     with Session(db_engine) as session:
-        assert resolve_run(session, orphan).status == "interrupted"
+        assert resolve_run(session, orphan).status == "abandoned"
         assert resolve_run(session, orphan).counts["passed"] == 1
         assert resolve_run(session, live).status == "running"
 
@@ -209,5 +209,5 @@ def test_runs_of_dead_processes_are_marked_interrupted(db_engine):
 def test_finish_run_rejects_unknown_status(db_engine):
     writer = ResultWriter(db_engine)
     writer.start_run(fake_meta())
-    with pytest.raises(ValueError, match="running, finished, interrupted"):
+    with pytest.raises(ValueError, match="running, finished, interrupted, abandoned"):
         writer.finish_run(status="done")

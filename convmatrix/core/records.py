@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from convmatrix.core.case import Case
+from convmatrix.core.sanitise import clean_text
 
 __all__ = [
     "BAD_OUTCOMES",
@@ -28,10 +29,11 @@ __all__ = [
 
 # passed/failed: judged (for expect=error cases: raised cleanly / did not);
 # skipped: the kernel lacks a feature or the device cannot run it; crashed: the worker died;
-# timeout: the per-case time limit passed; error: the harness itself raised.
-OUTCOMES = ("passed", "failed", "skipped", "crashed", "timeout", "error")
+# timeout: the per-case time limit passed; error: the harness itself raised; lost: the result
+# never arrived (the infrastructure lost it: a worker killed from outside, xdist gave up).
+OUTCOMES = ("passed", "failed", "skipped", "crashed", "timeout", "error", "lost")
 # Outcomes that fail a run; "skipped" is neither good nor bad.
-BAD_OUTCOMES = ("failed", "crashed", "timeout", "error")
+BAD_OUTCOMES = ("failed", "crashed", "timeout", "error", "lost")
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,18 @@ class CaseResult:
     properties: list[PropertyResult] = field(default_factory=list)
     timings: list[TimingResult] = field(default_factory=list)
     worker: str | None = None
+    peak_mem_mb: float | None = None  # peak memory the case added (device or process RSS)
+
+    def sanitised(self) -> CaseResult:
+        """This result with its message and property details made safe to send and store
+        (``core.sanitise.clean_text``); changes the record in place and returns it."""
+        self.message = clean_text(self.message)
+        for p in self.properties:
+            p.detail = clean_text(p.detail) or ""
+        return self
 
     def to_json(self) -> dict[str, Any]:
+        self.sanitised()
         data = asdict(self)
         data["case"] = self.case.to_json()
         return data
@@ -119,7 +131,8 @@ class CaseResult:
             properties=[_record(PropertyResult, p) for p in data.get("properties", [])],
             timings=[_record(TimingResult, t) for t in data.get("timings", [])],
             worker=data.get("worker"),
-        )
+            peak_mem_mb=data.get("peak_mem_mb"),
+        ).sanitised()
 
 
 def _record(cls: type, data: dict[str, Any]) -> Any:

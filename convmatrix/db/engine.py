@@ -10,8 +10,10 @@ gets SQLITE_BUSY without waiting). PostgreSQL works through any SQLAlchemy URL; 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +30,9 @@ __all__ = [
     "connection_error",
     "default_url",
     "make_engine",
+    "redact_argv",
     "redact_url",
+    "sqlite_file",
     "write_connection",
     "write_session",
 ]
@@ -36,6 +40,8 @@ __all__ = [
 DEFAULT_URL = "sqlite:///convmatrix.db"
 ENV_VAR = "CONVMATRIX_DB"
 BUSY_TIMEOUT_MS = 60_000
+_USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")  # scheme://user:PASSWORD@host
+_PASSWORD_PARAM = re.compile(r"([?&][^=&\s]*password[^=&\s]*=)[^&\s]*", re.IGNORECASE)
 _WRITE = "convmatrix_write"  # execution option: this transaction will write
 
 
@@ -54,6 +60,19 @@ def redact_url(url: str | URL) -> str:
     return shown.replace("%2A%2A%2A", "***")  # the query part comes back URL-quoted
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with the password of every URL in it redacted (``--db URL``,
+    ``--db=URL``, ``CONVMATRIX_DB=URL``), as ``redact_url`` shows one: a run's stored argv
+    must hold no secret. Arguments without a URL stay as they are."""
+    shown = []
+    for arg in argv:
+        if "://" in arg:
+            arg = _USERINFO.sub(r"\1***@", arg)
+            arg = _PASSWORD_PARAM.sub(r"\1***", arg)
+        shown.append(arg)
+    return shown
+
+
 def _parse(url: str) -> URL:
     try:
         parsed = make_url(url)
@@ -67,6 +86,36 @@ def _parse(url: str) -> URL:
     return parsed
 
 
+def sqlite_file(url: str | None = None) -> Path | None:
+    """The file a SQLite URL names (None: another backend, or an in-memory database)."""
+    parsed = _parse(url or default_url())
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    if parsed.database.startswith("file:"):  # a URI (?uri=true): file:path?mode=ro
+        return Path(parsed.database[5:].split("?")[0]).expanduser()
+    return Path(parsed.database).expanduser()
+
+
+def _check_sqlite_file(path: Path, shown: str) -> None:
+    """Refuse, without changing it, a file that is not a convmatrix database: not SQLite at
+    all, or tables of something else and no ``alembic_version`` (its journal mode included:
+    a refused file must not be switched to WAL)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as err:
+        raise UsageError(f"--db / {ENV_VAR}: {shown} is not a usable SQLite file: {err}") from err
+    ours = {"alembic_version", "runs"}
+    if tables and not ours <= tables:
+        some = ", ".join(sorted(tables)[:5])
+        raise UsageError(
+            f"--db / {ENV_VAR}: {shown} is not a convmatrix database (it holds {some}); "
+            "give a new file or one convmatrix created"
+        )
+
+
 def make_engine(url: str | None = None) -> Engine:
     """An engine for ``url`` (default: ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``)."""
     parsed = _parse(url or default_url())
@@ -76,7 +125,16 @@ def make_engine(url: str | None = None) -> Engine:
         if memory:
             kwargs["poolclass"] = pool.StaticPool  # one connection, or each sees its own db
         elif parsed.database:
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = sqlite_file(str(url or default_url()))
+            assert path is not None
+            _check_sqlite_file(path, redact_url(parsed))
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise UsageError(
+                    f"--db / {ENV_VAR}: cannot create the directory of {redact_url(parsed)}: "
+                    f"{err.strerror}"
+                ) from err
     else:
         kwargs["pool_pre_ping"] = True
     try:
@@ -117,12 +175,23 @@ def write_session(engine: Engine) -> Iterator[Session]:
 
 
 @contextmanager
-def write_connection(engine: Engine) -> Iterator[Connection]:
-    """A connection inside one write transaction (used for migrations); commits on exit."""
+def write_connection(engine: Engine, *, foreign_keys: bool = False) -> Iterator[Connection]:
+    """A connection inside one write transaction, for migrations; commits on exit.
+
+    On SQLite foreign keys are off for this transaction unless ``foreign_keys`` (switched
+    before it begins: the PRAGMA is ignored inside one): a migration that copies a table and
+    drops the original must not cascade the drop to the rows that refer to it."""
     with engine.connect() as conn:
-        conn.execution_options(**{_WRITE: True})
-        with conn.begin():
-            yield conn
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite and not foreign_keys:
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")
+        try:
+            conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
+        finally:
+            if sqlite and not foreign_keys:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")
 
 
 def connection_error(engine: Engine, err: Exception) -> ConvmatrixError:

@@ -36,7 +36,7 @@ __all__ = [
     "upgrade",
 ]
 
-SCHEMA_HEAD = "0003"  # the newest revision under migrations/versions
+SCHEMA_HEAD = "0004"  # the newest revision under migrations/versions
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _ADVISORY_LOCK = 0x636F6E766D6174  # "convmat": any constant shared by every convmatrix process
 _ready: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -86,6 +86,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             if conn.dialect.name == "postgresql":
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK})")
             command.upgrade(alembic_config(conn), revision)
+            if conn.dialect.name == "sqlite":
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise ConvmatrixError(f"migration left dangling references: {broken[:3]}")
             if _revision(conn) == SCHEMA_HEAD:
                 summarise_pending(conn)
     except exc.DBAPIError as err:

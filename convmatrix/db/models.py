@@ -37,7 +37,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from convmatrix.core.records import OUTCOMES
 
 __all__ = [
+    "HEARTBEAT_S",
     "RUN_STATUSES",
+    "STALE_HEARTBEAT_S",
     "Base",
     "CaseRow",
     "MetricRow",
@@ -49,7 +51,11 @@ __all__ = [
     "utcnow",
 ]
 
-RUN_STATUSES = ("running", "finished", "interrupted")
+# abandoned: a run left ``running`` whose controller stopped beating (killed without a word);
+# it can be resumed like an interrupted one.
+RUN_STATUSES = ("running", "finished", "interrupted", "abandoned")
+HEARTBEAT_S = 2.0  # how often a writing controller stamps runs.heartbeat_at
+STALE_HEARTBEAT_S = 30.0  # a running run silent this long lost its controller
 
 # Deterministic constraint names, so migrations can refer to (and batch-alter) them everywhere.
 NAMING_CONVENTION = {
@@ -122,6 +128,10 @@ class Run(Base):
     n_crashed: Mapped[int] = mapped_column(default=0)
     n_timeout: Mapped[int] = mapped_column(default=0)
     n_error: Mapped[int] = mapped_column(default=0)
+    n_lost: Mapped[int] = mapped_column(default=0)
+    # The controller's last sign of life (every few seconds while it runs): a ``running`` run
+    # whose heartbeat is stale lost its controller and is shown ``abandoned``.
+    heartbeat_at: Mapped[utc_time | None]
     # When the summary rows were computed; NULL while results may still change (every batch
     # written clears it), and history then computes this run's numbers live.
     summarised_at: Mapped[utc_time | None]
@@ -168,6 +178,7 @@ class CaseRow(Base):
     message: Mapped[long_text | None]
     duration_s: Mapped[float]
     worker: Mapped[str32 | None]
+    peak_mem_mb: Mapped[float | None]  # memory the case added at its peak (MB)
     created_at: Mapped[utc_time] = mapped_column(default=utcnow)
 
 
@@ -275,3 +286,4 @@ class RunCountRow(Base):
     n_crashed: Mapped[int]
     n_timeout: Mapped[int]
     n_error: Mapped[int]
+    n_lost: Mapped[int] = mapped_column(default=0)

@@ -9,6 +9,8 @@ and kept per run once it stops writing (``summaries.py``), so history reads a fe
 from __future__ import annotations
 
 import math
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,6 +23,7 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult
 from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.models import (
+    STALE_HEARTBEAT_S,
     CaseRow,
     MetricRow,
     PropertyRow,
@@ -28,6 +31,7 @@ from convmatrix.db.models import (
     RunCountRow,
     RunSummaryRow,
     TimingRow,
+    utcnow,
 )
 from convmatrix.db.records import result_from_rows
 from convmatrix.db.summaries import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
@@ -79,6 +83,43 @@ class RunInfo:
     status: str
     n_planned: int | None
     counts: dict[str, int]  # outcome -> number of cases, every outcome present
+    heartbeat_at: datetime | None = None  # the writing controller's last sign of life
+    pid: int | None = None  # of the writing controller
+
+    def heartbeat_age(self, now: datetime | None = None) -> float | None:
+        """Seconds since the controller writing this run last beat (None: it never did)."""
+        if self.heartbeat_at is None:
+            return None
+        return ((now or utcnow()) - self.heartbeat_at).total_seconds()
+
+    @property
+    def shown_status(self) -> str:
+        """The status, with a ``running`` run whose controller stopped beating shown as
+        ``abandoned (N s without a heartbeat)``: it was killed without a word."""
+        if self.abandoned:
+            return f"abandoned ({self.heartbeat_age():.0f} s without a heartbeat)"
+        return self.status
+
+    @property
+    def abandoned(self) -> bool:
+        """A ``running`` run whose controller is gone: heartbeat stale, or (this host) its
+        process has ended. Runs from before heartbeats are never called abandoned here."""
+        age = self.heartbeat_age()
+        if self.status != "running" or age is None:
+            return False
+        return age > STALE_HEARTBEAT_S or (self.host == socket.gethostname() and not self._alive())
+
+    def _alive(self) -> bool:
+        """Whether the writing process still exists (on this host)."""
+        if self.pid is None:
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     @property
     def n_results(self) -> int:
@@ -90,7 +131,7 @@ class RunInfo:
         label = f" label={self.label}" if self.label else ""
         return (
             f"run {self.id}: {self.kernel} @ {commit} on {self.device_kind}, matrix "
-            f"{self.matrix}, {self.started_at:%Y-%m-%d %H:%M}{label} ({self.status})"
+            f"{self.matrix}, {self.started_at:%Y-%m-%d %H:%M}{label} ({self.shown_status})"
         )
 
 
@@ -115,6 +156,8 @@ def _run_info(run: Run) -> RunInfo:
         status=run.status,
         n_planned=run.n_planned,
         counts={o: getattr(run, f"n_{o}") for o in OUTCOMES},
+        heartbeat_at=_aware(run.heartbeat_at),
+        pid=run.pid,
     )
 
 

@@ -58,6 +58,7 @@ def _nan(value: float | None) -> float:
 
 def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
     """The ``cases`` row of one result."""
+    result.sanitised()  # idempotent: text from a kernel, safe for every driver
     case = result.case
     row = {name: getattr(case, name) for name in CASE_COLUMNS}
     row.update(
@@ -69,6 +70,7 @@ def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
         message=result.message,
         duration_s=float(result.duration_s),
         worker=result.worker,
+        peak_mem_mb=_num(result.peak_mem_mb),
     )
     return row
 
@@ -134,4 +136,5 @@ def result_from_rows(
         properties=[PropertyResult(p.name, p.passed, p.detail) for p in props],
         timings=[TimingResult(**{n: getattr(t, n) for n in _TIMING_FIELDS}) for t in timings],
         worker=case.worker,
+        peak_mem_mb=getattr(case, "peak_mem_mb", None),
     )

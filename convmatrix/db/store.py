@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, exc, text
 from sqlalchemy.orm import Session
 
+from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
-from convmatrix.db.engine import redact_url
+from convmatrix.db.engine import connection_error, redact_url, sqlite_file, write_session
 from convmatrix.db.migrate import open_database
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter
@@ -40,9 +41,27 @@ class DatabaseStore:
     def where(self) -> str | None:
         return redact_url(self.engine.url)
 
+    def check(self) -> None:
+        """Open the database (schema included) and write nothing once (a DELETE matching no
+        row): a read-only file, server or role fails here, in one line, not inside the run."""
+        try:
+            with write_session(self.engine) as session:
+                session.execute(text("DELETE FROM alembic_version WHERE 1 = 0"))
+        except exc.DBAPIError as err:  # a database the run cannot use: a usage error (exit 2)
+            raise UsageError(str(connection_error(self.engine, err))) from err
+
     def lookup(self, spec: str) -> StoredRun:
+        path = sqlite_file(self.url)
+        if path is not None and not path.is_file():  # opening it would create it
+            raise UsageError(f"--resume {spec}: there is no database at {path}")
         with Session(self.engine) as session:
             info = resolve_run(session, spec)
+            age = info.heartbeat_age()
+            if info.status == "running" and age is not None and not info.abandoned:
+                raise UsageError(
+                    f"--resume {spec}: run {info.id} is still running (pid {info.pid} on "
+                    f"{info.host}, heartbeat {age:.0f} s ago); resume it once it has stopped"
+                )
             done = done_case_ids(session, info.id)
         sources = info.options.get("matrix_sources") or [info.matrix]
         return StoredRun(

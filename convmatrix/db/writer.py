@@ -19,18 +19,21 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import asdict
+from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, delete, exc, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
-from convmatrix.db.engine import redact_url, write_session
+from convmatrix.db.engine import connection_error, redact_argv, redact_url, write_session
 from convmatrix.db.migrate import ensure_schema
 from convmatrix.db.models import (
+    HEARTBEAT_S,
     RUN_STATUSES,
+    STALE_HEARTBEAT_S,
     CaseRow,
     MetricRow,
     PropertyRow,
@@ -67,22 +70,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _abandoned(run: Run, host: str, now: datetime) -> bool:
+    """A ``running`` run whose controller is gone: its process is dead (this host), or its
+    heartbeat is stale (any host; runs from before heartbeats only by their process)."""
+    if run.host == host and run.pid is not None and not _alive(run.pid):
+        return True
+    beat = run.heartbeat_at
+    if beat is None:
+        return False
+    if beat.tzinfo is None:  # SQLite keeps no zone: stored in UTC
+        beat = beat.replace(tzinfo=timezone.utc)
+    return (now - beat).total_seconds() > STALE_HEARTBEAT_S
+
+
 def reap_stale_runs(engine: Engine, host: str | None = None) -> list[int]:
-    """Mark ``interrupted`` the runs still ``running`` on this host whose process is gone."""
-    host = host or socket.gethostname()
+    """Mark ``abandoned`` the runs still ``running`` whose controller is gone (its process
+    dead on this host, or its heartbeat stale): they can be resumed."""
+    host, now = host or socket.gethostname(), utcnow()
     with write_session(engine) as session:
         stale = [
             run
-            for run in session.scalars(
-                select(Run).where(Run.status == "running", Run.host == host, Run.pid.is_not(None))
-            )
-            if run.pid is not None and not _alive(run.pid)
+            for run in session.scalars(select(Run).where(Run.status == "running"))
+            if _abandoned(run, host, now)
         ]
         for run in stale:
             last = session.scalar(
                 select(func.max(CaseRow.created_at)).where(CaseRow.run_id == run.id)
             )
-            run.status, run.finished_at = "interrupted", last or run.started_at
+            run.status, run.finished_at = "abandoned", last or run.started_at
             for key, value in _count_values(_counts(session, run.id)).items():
                 setattr(run, key, value)
         session.flush()
@@ -111,28 +126,70 @@ class ResultWriter:
         self._lock = threading.RLock()  # the timer's thread and the caller's share the buffer
         self._counts: Counter[str] = Counter()
         self._finished = False
+        self._beating = threading.Event()  # set: the heartbeat thread stops
 
     # -- the run ------------------------------------------------------------------------------
     def start_run(self, meta: RunMeta) -> int:
-        """Create the run row (status ``running``) and return its id."""
+        """Create the run row (status ``running``) and return its id. A database that cannot
+        be written (read-only, full) is a one-line ``ConvmatrixError`` before anything runs."""
+        try:
+            return self._start_run(meta)
+        except exc.DBAPIError as err:
+            raise connection_error(self.engine, err) from err
+
+    def _start_run(self, meta: RunMeta) -> int:
         reap_stale_runs(self.engine, meta.host)
+        values = asdict(meta)
+        values["argv"] = redact_argv(meta.argv)
         with write_session(self.engine) as session:
-            run = Run(**asdict(meta), pid=os.getpid(), status="running", started_at=utcnow())
+            now = utcnow()
+            run = Run(**values, pid=os.getpid(), status="running", started_at=now, heartbeat_at=now)
             session.add(run)
             session.flush()
             self.run_id = run.id
         self._counts, self._finished = Counter(), False
+        self._start_heartbeat()
         return self.run_id
+
+    def _start_heartbeat(self) -> None:
+        """Stamp ``heartbeat_at`` every ``HEARTBEAT_S`` until the run is finished: a run left
+        ``running`` without a fresh heartbeat lost its controller (``abandoned``)."""
+        self._beating.set()
+        self._beating = threading.Event()
+        stop, run_id = self._beating, self.run_id
+        failed: list[Exception] = []
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                try:
+                    with write_session(self.engine) as session:
+                        session.execute(
+                            update(Run).where(Run.id == run_id).values(heartbeat_at=utcnow())
+                        )
+                except Exception as err:  # the next beat tries again; say so once
+                    if not failed:
+                        print(f"convmatrix: heartbeat failed: {err}", file=sys.stderr)
+                    failed.append(err)
+
+        threading.Thread(target=beat, name="convmatrix-heartbeat", daemon=True).start()
 
     def resume_run(self, run_id: int) -> None:
         """Write into an existing run again (``convmatrix run --resume``): status ``running``."""
+        try:
+            self._resume_run(run_id)
+        except exc.DBAPIError as err:
+            raise connection_error(self.engine, err) from err
+
+    def _resume_run(self, run_id: int) -> None:
         with write_session(self.engine) as session:
             run = session.get(Run, run_id)
             if run is None:
                 raise UsageError(f"--resume: no run {run_id} in {redact_url(self.engine.url)}")
             run.status, run.finished_at, run.pid = "running", None, os.getpid()
+            run.heartbeat_at = utcnow()
             self._counts = _counts(session, run_id)
         self.run_id, self._finished = run_id, False
+        self._start_heartbeat()
 
     def finish_run(self, run_id: int | None = None, status: str = "finished") -> None:
         """Flush, then store the final counts, ``finished_at`` and ``status``, and (unless the
@@ -143,6 +200,7 @@ class ResultWriter:
         if run_id is None:
             raise RuntimeError("finish_run before start_run")
         if run_id == self.run_id:
+            self._beating.set()
             self.flush()
         with write_session(self.engine) as session:
             values = _count_values(_counts(session, run_id))

@@ -9,6 +9,8 @@ Loading never imports a device runtime at registry time: adapters import lazily 
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -44,13 +46,46 @@ def _registered() -> dict[str, str]:
     return found
 
 
+MAX_NAME = 200  # runs.kernel is a varchar(200)
+
+
+def _factory(obj: Any) -> bool:
+    """Whether ``obj`` may be called to make the kernel: a class with ``forward``, or a Python
+    function outside the standard library taking no required argument. Anything else a spec
+    names (``os:system``, ``os:abort``) is never called."""
+    if isinstance(obj, type):
+        return hasattr(obj, "forward")
+    if not inspect.isfunction(obj):
+        return False
+    top = (obj.__module__ or "").split(".")[0]
+    if top in sys.stdlib_module_names:
+        return False
+    try:
+        inspect.signature(obj).bind()
+    except TypeError:
+        return False
+    return True
+
+
 def _instantiate(obj: Any, spec: str) -> Kernel:
-    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "forward")):
-        obj = obj()
+    if _factory(obj):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise KernelSpecError(
+                f"{spec!r}: making the kernel raised {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(obj, Kernel):
         raise KernelSpecError(
             f"{spec!r} is not a kernel: it needs name, capabilities, forward, update, "
             "availability and contract_violation (see convmatrix.kernels.KernelBase)"
+        )
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME or "\x00" in name:
+        shown = repr(name)[:60]
+        raise KernelSpecError(
+            f"{spec!r}: the kernel's name must be text of 1 to {MAX_NAME} characters "
+            f"without NUL (the database column), got {shown}"
         )
     return obj
 

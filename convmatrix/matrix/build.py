@@ -7,11 +7,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from convmatrix.core.case import Case
+from convmatrix.matrix.errors import MatrixError
 from convmatrix.matrix.rules import case_env
 from convmatrix.matrix.spec import SuiteSpec
-from convmatrix.matrix.values import Value, resolve_int, resolve_packing
+from convmatrix.matrix.values import Value, check_int, resolve_int, resolve_packing
 
-__all__ = ["applicable_checks", "build_case", "spec_violation"]
+__all__ = ["MAX_ELEMENTS", "applicable_checks", "build_case", "spec_violation"]
+
+# Elements of the largest tensor of a case (x: batch x dim x time). 2^31 is where int32
+# indexing breaks in most kernels and is 8 GiB in float32: past any test a matrix means to run.
+MAX_ELEMENTS = 2**31 - 1
+
+
+def _check_size(suite: SuiteSpec, values: Mapping[str, Value], case: Case) -> None:
+    time = case.seqlen if case.op != "update" else (case.tokens or 0) * (case.steps or 0)
+    elements = case.batch * case.dim * max(time or 0, case.state_len or 0, 1)
+    if elements > MAX_ELEMENTS:
+        sizes = {d: getattr(case, d) or 0 for d in ("batch", "dim", "seqlen") if d in values}
+        v = values[max(sizes, key=sizes.__getitem__)]  # point at the largest factor
+        raise MatrixError(
+            v.mark,
+            v.path,
+            f"suite {suite.name}: batch {case.batch} x dim {case.dim} x time {time} = "
+            f"{elements} elements in one tensor, over the limit of {MAX_ELEMENTS} (2^31-1)",
+        )
 
 
 def build_case(
@@ -25,8 +44,8 @@ def build_case(
     """The case for ``values`` (one Value per dimension of the suite)."""
     env = case_env(values, geometry)
 
-    def number(dim: str) -> int:
-        return resolve_int(values[dim].data, env)
+    def number(dim: str) -> int:  # symbols resolved: a product may now be out of range
+        return check_int(resolve_int(values[dim].data, env), values[dim])
 
     if "dtype" in values:
         x_dtype, w_dtype = values["dtype"].data
@@ -68,6 +87,7 @@ def build_case(
             "seq_lens": resolve_packing(packing, {**env, "L": seqlen}) if packing else None,
         }
     case = Case(**fields)  # type: ignore[arg-type]
+    _check_size(suite, values, case)
     wanted = suite.checks if checks is None else checks
     return Case(**{**fields, "checks": applicable_checks(case, wanted)})  # type: ignore[arg-type]
 

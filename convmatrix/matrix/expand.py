@@ -55,6 +55,7 @@ class Expansion:
     strategy: dict[str, str]  # strategy per suite, e.g. "pairwise"
     geometry: dict[str, int] = field(default_factory=dict)  # symbols used for this kernel
     kernel: str | None = None
+    memory_budget_mb: float = 8192.0
     suites: list[SuiteExpansion] = field(default_factory=list, repr=False)
     notes: list[str] = field(default_factory=list)  # values dropped for this kernel's geometry
 
@@ -250,6 +251,7 @@ def expand_matrix(spec: MatrixSpec, kernel: DeclaredKernel | None = None) -> Exp
         strategy={s.suite.name: s.strategy for s in suites},
         geometry=dict(geometry),
         kernel=kernel.name if kernel is not None else None,
+        memory_budget_mb=spec.memory_budget_mb,
         suites=suites,
         notes=[note for s in suites for note in s.dropped],
     )

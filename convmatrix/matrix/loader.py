@@ -11,7 +11,9 @@ from convmatrix.matrix.schema import parse_matrix
 from convmatrix.matrix.source import load_yaml
 from convmatrix.matrix.spec import MatrixSpec
 
-__all__ = ["builtin_names", "builtin_path", "load_matrix"]
+__all__ = ["MAX_MATRIX_BYTES", "builtin_names", "builtin_path", "load_matrix"]
+
+MAX_MATRIX_BYTES = 1 << 20  # a matrix is a page of YAML; 1 MiB is far past any real one
 
 
 def _builtin_dir() -> Path:
@@ -39,11 +41,22 @@ def load_matrix(name_or_path: str) -> MatrixSpec:
             name_or_path,
             f"no such matrix file or built-in matrix{hint} (built-in: {', '.join(names)})",
         )
-    data = path.read_bytes()
+    size = path.stat().st_size
+    if size > MAX_MATRIX_BYTES:
+        raise MatrixError(
+            Mark(str(path), 1, 1),
+            "(document)",
+            f"{size} bytes: a matrix file may have at most {MAX_MATRIX_BYTES} (1 MiB)",
+        )
+    data = path.read_bytes()[: MAX_MATRIX_BYTES + 1]  # the file may grow after the stat
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MatrixError(Mark(str(path), 1, 1), "(document)", f"not UTF-8 text: {exc}") from None
+    if "\x00" in text:
+        before = text[: text.index("\x00")]
+        line, col = before.count("\n") + 1, len(before) - before.rfind("\n")
+        raise MatrixError(Mark(str(path), line, col), "(document)", "a NUL character in the text")
     root = load_yaml(text, str(path))
     return parse_matrix(
         root, name=path.stem, path=str(path), content_hash=hashlib.sha256(data).hexdigest()

@@ -10,6 +10,7 @@ Top level::
     policy: {mode: bound, safety: 2, bound: probabilistic, lambda: 6,
              factor: 2, floor: 1e-6, tau_scale: 1.0}
     timeout_s: 120               # per case
+    memory_budget_mb: 8192       # peak memory one case may add (over: the case fails)
     timing: {warmup: 3, repeats: 10, budget_s: 2.0}
     suites:
       NAME:
@@ -29,6 +30,7 @@ Dimension names and values are in ``convmatrix.matrix.values.DIMENSIONS``.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Callable
 from typing import TypeVar
@@ -41,6 +43,7 @@ from convmatrix.matrix.errors import did_you_mean
 from convmatrix.matrix.rules import parse_constraint, parse_exclude
 from convmatrix.matrix.source import YNode
 from convmatrix.matrix.spec import (
+    DEFAULT_MEMORY_BUDGET_MB,
     DEFAULT_TIMEOUT_S,
     IncludeSpec,
     MatrixSpec,
@@ -49,7 +52,7 @@ from convmatrix.matrix.spec import (
 )
 from convmatrix.matrix.strategies import STRATEGIES
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS
-from convmatrix.matrix.values import DIMENSIONS, Dim, Value, dims_for, is_required
+from convmatrix.matrix.values import DIMENSIONS, Dim, Value, check_int, dims_for, is_required
 
 __all__ = ["parse_matrix"]
 
@@ -61,6 +64,7 @@ TOP_KEYS = (
     "tolerances",
     "policy",
     "timeout_s",
+    "memory_budget_mb",
     "timing",
     "suites",
 )
@@ -91,7 +95,7 @@ def _int(node: YNode, what: str, minimum: int = 0) -> int:
         raise node.error(f"{what} must be an integer, got {value!r}")
     if value < minimum:
         raise node.error(f"{what} must be >= {minimum}, got {value}")
-    return value
+    return check_int(value, node)
 
 
 def _number(node: YNode, what: str, positive: bool = False) -> float:
@@ -101,6 +105,8 @@ def _number(node: YNode, what: str, positive: bool = False) -> float:
             value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise node.error(f"{what} must be a number, got {node.value!r}")
+    if not math.isfinite(value):
+        raise node.error(f"{what} must be a finite number, got {value}")
     if value < 0 or (positive and value == 0):
         raise node.error(f"{what} must be {'> 0' if positive else '>= 0'}, got {value}")
     return float(value)
@@ -323,6 +329,12 @@ def parse_matrix(root: YNode, *, name: str, path: str, content_hash: str) -> Mat
         tolerances=_opt(root, "tolerances", _tolerances, Tolerances()),
         policy=_opt(root, "policy", _policy, Policy()),
         timeout_s=_opt(root, "timeout_s", lambda n: _number(n, "timeout_s", True), _TIMEOUT),
+        memory_budget_mb=_opt(
+            root,
+            "memory_budget_mb",
+            lambda n: _number(n, "memory_budget_mb", True),
+            DEFAULT_MEMORY_BUDGET_MB,
+        ),
         timing=_timing(root.get("timing"), timed),
         mark=root.mark,
     )

@@ -24,6 +24,7 @@ _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null"))
 _MAP_TAG, _SEQ_TAG, _MERGE_TAG = _TAG + "map", _TAG + "seq", _TAG + "merge"
 _MAX_NODES = 200_000  # alias bombs ("billion laughs") stop here
+MAX_DEPTH = 32  # levels of nesting; a matrix uses about 6
 
 
 class _MarkingLoader(yaml.SafeLoader):
@@ -121,6 +122,8 @@ class _Converter:
         self.count += 1
         if self.count > _MAX_NODES:
             raise MatrixError(mark, path, f"more than {_MAX_NODES} nodes (alias expansion?)")
+        if len(self.stack) >= MAX_DEPTH:
+            raise MatrixError(mark, path, f"nested more than {MAX_DEPTH} levels deep")
         if id(node) in self.stack:
             raise MatrixError(mark, path, "recursive alias")
         if node.tag not in _SCALAR_TAGS | {_MAP_TAG, _SEQ_TAG}:
@@ -198,7 +201,10 @@ def _syntax_error(file: str, exc: yaml.MarkedYAMLError) -> MatrixError:
 
 def load_yaml(text: str, file: str) -> YNode:
     """Parse ``text`` (from ``file``, for messages) into a position-carrying tree."""
-    loader = _MarkingLoader(text)
+    try:
+        loader = _MarkingLoader(text)  # reads the first characters: may raise ReaderError
+    except yaml.YAMLError as exc:
+        raise MatrixError(Mark(file, 1, 1), "(syntax)", f"invalid YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -208,5 +214,9 @@ def load_yaml(text: str, file: str) -> YNode:
         raise _syntax_error(file, exc) from None
     except yaml.YAMLError as exc:
         raise MatrixError(Mark(file, 1, 1), "(syntax)", f"invalid YAML: {exc}") from None
+    except RecursionError:  # PyYAML's composer recurses once per level of nesting
+        raise MatrixError(
+            Mark(file, 1, 1), "(document)", f"nested more than {MAX_DEPTH} levels deep"
+        ) from None
     finally:
         loader.dispose()

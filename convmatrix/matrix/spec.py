@@ -17,6 +17,7 @@ from convmatrix.matrix.values import Value
 __all__ = ["IncludeSpec", "MatrixSpec", "SuiteSpec", "TimingSettings"]
 
 DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_MEMORY_BUDGET_MB = 8192.0  # what one case may add at its peak (memory_budget_mb)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class MatrixSpec:
     timeout_s: float
     timing: TimingSettings
     mark: Mark
+    memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
 
     def suite(self, name: str) -> SuiteSpec:
         for suite in self.suites:

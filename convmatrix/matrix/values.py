@@ -15,16 +15,18 @@ from typing import Any
 
 from convmatrix.core.case import GAPS
 from convmatrix.core.dtypes import ALIASES, CASE_DTYPES
-from convmatrix.matrix.errors import Mark, did_you_mean
+from convmatrix.matrix.errors import Mark, MatrixError, did_you_mean
 from convmatrix.matrix.source import YNode
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS, Expr, parse_expr
 
 __all__ = [
     "DIMENSIONS",
     "DTYPE_ALIASES",
+    "MAX_INT",
     "Dim",
     "Packing",
     "Value",
+    "check_int",
     "dims_for",
     "parse_dtype",
     "resolve_int",
@@ -34,6 +36,7 @@ __all__ = [
 FWD_OPS = frozenset({"fwd", "fwd_bwd"})
 ALL_OPS = frozenset({"fwd", "fwd_bwd", "update"})
 _INT_SYMBOLS = ("K", *GEOMETRY_SYMBOLS)
+MAX_INT = 2**31 - 1  # what the database's integer columns (and most kernels' indices) hold
 _PACK_SYMBOLS = ("K", "L", *GEOMETRY_SYMBOLS)
 
 # The spellings a matrix may use for a case dtype (float64 is the reference's, not a case's).
@@ -72,18 +75,26 @@ _REQUIRED = object()
 
 
 # -- value parsers -------------------------------------------------------------------------
+def check_int(value: int, node: YNode | Value) -> int:
+    """``value`` if a database column (32-bit) holds it, else a MatrixError at ``node``."""
+    if not -MAX_INT <= value <= MAX_INT:
+        raise MatrixError(node.mark, node.path, f"{value} is out of range (at most 2^31-1)")
+    return value
+
+
 def _int_expr(node: YNode, symbols: tuple[str, ...] = _INT_SYMBOLS) -> tuple[str, int | Expr]:
     value = node.value
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise node.error(f"expected an integer or an expression like 'tile+1', got {value!r}")
     if isinstance(value, int):
+        check_int(value, node)
         return str(value), value
     try:
         expr = parse_expr(value, symbols)
     except ValueError as exc:
         raise node.error(str(exc)) from None
     if not expr.names:
-        number = expr.eval({})
+        number = check_int(expr.eval({}), node)
         return str(number), number
     return expr.text, expr
 
@@ -92,6 +103,7 @@ def _width(node: YNode) -> tuple[str, int]:
     value = node.value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise node.error(f"width must be a positive integer, got {value!r}")
+    check_int(value, node)
     return str(value), value
 
 

@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from convmatrix.core import __version__
+from convmatrix.core.errors import UsageError
 from convmatrix.reports.charts import history_charts
 from convmatrix.reports.formatting import fmt_num, fmt_pct, fmt_secs, raw_value
 from convmatrix.reports.timing_charts import timing_charts
@@ -103,7 +104,10 @@ def render_html(view: Any, template: str | None = None) -> str:
 def write_report(view: Any, html_path: Path) -> tuple[Path, Path]:
     """Write ``html_path`` and the view-model as JSON beside it (same name, ``.json``)."""
     html_path = Path(html_path)
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(render_html(view), encoding="utf-8")
-    json_path = write_json(view, html_path.with_suffix(".json"))
+    try:
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(render_html(view), encoding="utf-8")
+        json_path = write_json(view, html_path.with_suffix(".json"))
+    except OSError as exc:  # --out names a place nothing can be written
+        raise UsageError(f"--out {html_path.parent}: cannot write there: {exc.strerror}") from exc
     return html_path, json_path

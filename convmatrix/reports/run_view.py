@@ -31,7 +31,7 @@ __all__ = [
     "rerun_command",
 ]
 
-_OUTCOME_ORDER = {"crashed": 0, "timeout": 1, "error": 2, "failed": 3}
+_OUTCOME_ORDER = {"crashed": 0, "lost": 1, "timeout": 2, "error": 3, "failed": 4}
 
 
 @dataclass

@@ -108,7 +108,8 @@ def run_header(run: Any, url: str, results: Iterable[CaseResult] = ()) -> RunHea
         label=run.label,
         started_at=_iso(run.started_at) or "",
         finished_at=_iso(run.finished_at),
-        status=run.status,
+        # a running run whose controller is gone shows as abandoned
+        status=getattr(run, "shown_status", run.status),
         versions=dict(run.versions or {}),
         geometry=dict(run.geometry) if run.geometry else None,
         database=redact_url(url),

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import platform
 import sys
 from collections import Counter
@@ -98,7 +99,12 @@ class Prepared:
         if self.policy is not None:
             policy = replace(policy, mode=self.policy)
         return Context(
-            self.kernel, workload.tolerances, policy, self.device, timing=workload.timing
+            self.kernel,
+            workload.tolerances,
+            policy,
+            self.device,
+            timing=workload.timing,
+            memory_budget_mb=workload.memory_budget_mb,
         )
 
     def planned(self) -> set[str]:
@@ -121,6 +127,11 @@ def _device(spec: str, spread: bool) -> tuple[torch.device, int]:
 def prepare(request: RunRequest, store: RunStore) -> Prepared:
     """Resolve ``request`` on the controller: the stored run it resumes (one lookup in the
     store), the kernel, the device, every workload. ``UsageError`` names what is wrong."""
+    timeout = request.case_timeout
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--case-timeout must be a finite number of seconds > 0, not {timeout}")
+    if request.label is not None and (len(request.label) > 200 or "\x00" in request.label):
+        raise UsageError("--label: at most 200 characters, without NUL")
     sources = [request.matrix] if request.matrix else []
     kernel_spec, resume = request.kernel, None
     if request.resume:
@@ -159,13 +170,20 @@ class Setup:
 
     @classmethod
     def of(cls, request: RunRequest, store: RunStore) -> Setup:
-        return cls(request, prepare(request, store), store)
+        """The run prepared, then the store checked: a refused run (a bad matrix, kernel or
+        option) touches no database; a store it cannot write is refused before it starts."""
+        prepared = prepare(request, store)
+        store.check()
+        return cls(request, prepared, store)
 
     def controller(self) -> Controller:
         """The run's recorder, with the run opened in the store."""
         planned = self.prepared.planned()
         meta = run_meta(self.prepared, self.request, len(planned))
-        return Controller(self.store, meta, planned, self.prepared.resume)
+        controller = Controller(self.store, meta, planned, self.prepared.resume)
+        for workload in self.prepared.workloads.values():
+            controller.known.update((c.id, c) for c in workload.cases if c.id in planned)
+        return controller
 
 
 def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
@@ -214,6 +232,7 @@ class Controller:
         self.results: dict[str, CaseResult] = {}
         self.crashed_workers: Counter[str] = Counter()
         self.summary: RunSummary | None = None  # set once the run is closed
+        self.known: dict[str, Case] = {}  # planned cases by id (``lost`` needs the case)
 
     def record(self, result: CaseResult) -> bool:
         """Keep one result; False (and nothing kept) if the case already has one or the run
@@ -231,11 +250,25 @@ class Controller:
         message = f"the worker process died while running this case ({detail})"
         return self.record(CaseResult(case=case, outcome="crashed", message=message, worker=worker))
 
+    def _record_lost(self) -> None:
+        """A session that ran to its end without a result for some planned case lost it
+        (a worker killed from outside, xdist out of worker restarts): ``lost``, so the run
+        accounts for every planned case. Cases are found by id among the collected ones."""
+        missing = self.planned - set(self.results)
+        for case in self.cases_by_id(missing):
+            message = "no result arrived for this case (its worker was lost before reporting)"
+            self.record(CaseResult(case=case, outcome="lost", message=message))
+
+    def cases_by_id(self, ids: set[str]) -> list[Case]:
+        return [self.known[i] for i in sorted(ids) if i in self.known]
+
     def finish(self, interrupted: bool, signalled: bool = False) -> RunSummary:
         """Close the run: ``finished`` when every planned case has a result, else
         ``interrupted``. Idempotent: a second call returns the first summary."""
         if self.summary is not None:
             return self.summary
+        if not interrupted:
+            self._record_lost()
         complete = self.planned <= set(self.results)
         status = "finished" if complete and not interrupted else "interrupted"
         stored = self.store.finish(status)

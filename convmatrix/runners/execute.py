@@ -24,8 +24,17 @@ from convmatrix.kernels.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.bounds import bound_of, bound_usage
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
-from convmatrix.runners.invoke import KernelFault, Reference, kernel_outputs, reference_bounded
+from convmatrix.runners.interrupts import is_real_interrupt, kernel_crash_message
+from convmatrix.runners.invoke import (
+    KernelFault,
+    Reference,
+    check_outputs,
+    kernel_outputs,
+    reference_bounded,
+)
+from convmatrix.runners.memory import PeakMemory
 from convmatrix.runners.metrics import error_metrics
+from convmatrix.runners.processes import CaseProcesses
 from convmatrix.runners.properties import check_guards, run_properties
 
 __all__ = ["Context", "build_inputs", "run_case", "skip_reason"]
@@ -45,6 +54,7 @@ class Context:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     framework: Any = field(default_factory=TorchKernel)
     timing: TimingSettings = field(default_factory=TimingSettings)  # for ``case.timed`` cases
+    memory_budget_mb: float = 8192.0  # peak memory a case may add (the matrix's key)
 
 
 def skip_reason(kernel: Any, case: Case) -> str | None:
@@ -149,10 +159,7 @@ def _time(case: Case, ctx: Context, result: CaseResult) -> None:
         result.message = f"timing raised {type(exc).__name__}: {exc}"
 
 
-def run_case(case: Case, ctx: Context) -> CaseResult:
-    """Execute and judge one case on ``ctx.device``."""
-    start = time.perf_counter()
-    result = CaseResult(case=case, outcome="passed")
+def _execute(case: Case, ctx: Context, result: CaseResult) -> None:
     reason = skip_reason(ctx.kernel, case)
     if reason:
         result.outcome, result.message = "skipped", reason
@@ -162,6 +169,7 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
         inputs = build_inputs(case, ctx.device, ctx.kernel.capabilities)
         try:
             got = kernel_outputs(ctx.kernel, case, inputs)
+            check_outputs(got, inputs)
             result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
             ref = reference_bounded(case, inputs)
             fw = _framework_outputs(case, ctx, got)
@@ -174,5 +182,40 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
             result.outcome, result.message = "failed", str(exc)
             if not result.properties:
                 result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
+
+
+def _over_budget(result: CaseResult, budget_mb: float) -> None:
+    """A case whose peak memory passed the matrix's ``memory_budget_mb`` fails, saying so."""
+    peak = result.peak_mem_mb
+    if peak is None or peak <= budget_mb or result.outcome not in ("passed", "failed"):
+        return
+    note = f"peak memory {peak:.0f} MB over the matrix's memory_budget_mb {budget_mb:g}"
+    result.outcome = "failed"
+    result.message = note if not result.message else f"{result.message}; {note}"
+
+
+def run_case(case: Case, ctx: Context) -> CaseResult:
+    """Execute and judge one case on ``ctx.device``.
+
+    A ``BaseException`` the kernel raises (``SystemExit``, its own ``KeyboardInterrupt``)
+    makes the case ``crashed``; only a real interrupt (a signal) leaves. Processes the case
+    started end with it; its peak memory is recorded and held against the budget.
+    """
+    start = time.perf_counter()
+    result = CaseResult(case=case, outcome="passed")
+    with CaseProcesses() as procs, PeakMemory(ctx.device) as memory:
+        try:
+            _execute(case, ctx, result)
+        except Exception:
+            raise  # a harness bug: the caller records it as an error
+        except BaseException as exc:
+            if is_real_interrupt(exc):
+                raise
+            result.outcome, result.message = "crashed", kernel_crash_message(exc)
+    result.peak_mem_mb = memory.peak_mb
+    _over_budget(result, ctx.memory_budget_mb)
+    if procs.ended:
+        note = f"ended {len(procs.ended)} process(es) the case left running"
+        result.message = note if not result.message else f"{result.message}; {note}"
     result.duration_s = time.perf_counter() - start
-    return result
+    return result.sanitised()

@@ -31,6 +31,7 @@ __all__ = [
     "KernelFault",
     "Reference",
     "call_forward",
+    "check_outputs",
     "kernel_outputs",
     "reference_bounded",
     "reference_outputs",
@@ -44,6 +45,34 @@ F64 = torch.float64
 
 class KernelFault(Exception):
     """The kernel raised, or returned something of the wrong structure."""
+
+
+def _expected(inputs: ForwardInputs | UpdateInputs) -> dict[str, torch.Tensor]:
+    """The input each output must match in dtype and device (the contract: y like x, each
+    gradient like its parameter)."""
+    if isinstance(inputs, UpdateInputs):
+        return {"y": inputs.xs[0].view, "state": inputs.pool.view}
+    like = {"y": inputs.x.view, "dx": inputs.x.view, "dw": inputs.weight.view}
+    if inputs.bias is not None:
+        like["db"] = inputs.bias.view
+    if inputs.initial_state is not None:
+        like["dS"] = inputs.initial_state.view
+    return like
+
+
+def check_outputs(got: dict[str, torch.Tensor], inputs: ForwardInputs | UpdateInputs) -> None:
+    """``KernelFault`` naming the first output whose type, dtype or device breaks the
+    contract (a float64 y for a float16 case would otherwise pass every error check)."""
+    for name, ref in _expected(inputs).items():
+        out = got.get(name)
+        if out is None:
+            continue
+        if not isinstance(out, torch.Tensor):
+            raise KernelFault(f"{name} is a {type(out).__name__}, not a tensor")
+        if out.dtype != ref.dtype:
+            raise KernelFault(f"{name} has dtype {out.dtype}, the case's input has {ref.dtype}")
+        if out.device != ref.device:
+            raise KernelFault(f"{name} is on {out.device}, the case's input on {ref.device}")
 
 
 def _kernel_call(fn: Any, *args: Any, **kwargs: Any) -> Any:

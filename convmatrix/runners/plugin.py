@@ -38,6 +38,8 @@ from convmatrix.core.records import CaseResult
 from convmatrix.core.verdict import describe
 from convmatrix.runners.controller import Prepared, load_kernel
 from convmatrix.runners.execute import run_case
+from convmatrix.runners.interrupts import install_signal_handlers, note_signal
+from convmatrix.runners.processes import watch_parent
 from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
 from convmatrix.runners.watchdog import Watchdog
 from convmatrix.runners.workload import Workload
@@ -90,6 +92,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         if _WORKERINPUT in workerinput:
             _matrix_only(config)
+            install_signal_handlers()
+            watch_parent()  # a SIGKILLed controller leaves no worker running on
             config.stash[PREPARED] = _worker_prepared(workerinput)
         return
     setup = config.hook.pytest_convmatrix_setup(config=config)
@@ -101,6 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[PREPARED] = start_controller(config, setup, _is_controller(config))
     except ConvmatrixError as exc:
         raise pytest.UsageError(str(exc)) from exc
+    install_signal_handlers()
     _install_sigterm()
 
 
@@ -188,6 +193,7 @@ def _install_sigterm() -> None:
     marked interrupted."""
 
     def handler(signum: int, frame: Any) -> None:
+        note_signal(signum)
         raise KeyboardInterrupt(f"signal {signum}")
 
     with contextlib.suppress(ValueError):  # not the main thread: leave signals alone

@@ -36,6 +36,11 @@ class RunStore(Protocol):
         """Where results go, for people (a database URL with its password redacted)."""
         ...
 
+    def check(self) -> None:
+        """Refuse (``ConvmatrixError``, one line) a store the run could not write to, before
+        the run starts: a bad URL or path, a foreign or read-only database."""
+        ...
+
     def lookup(self, spec: str) -> StoredRun:
         """The run ``spec`` names (id, ``latest``, label, commit); ``UsageError`` if none."""
         ...
@@ -59,6 +64,9 @@ class MemoryStore:
 
     def where(self) -> str | None:
         return None
+
+    def check(self) -> None:
+        pass
 
     def lookup(self, spec: str) -> StoredRun:
         raise UsageError("--resume needs the database; drop --no-db")

@@ -70,6 +70,10 @@ class RunSummary:
         lines.append(f"convmatrix {name}{state}: {counts_line(self.counts)}")
         if sum(self.counts.values()) != sum(self.session.values()):
             lines.append(f"  this session: {counts_line(self.session)}")
+        missing = self.planned - sum(self.session.values())
+        if missing > 0:
+            again = "" if self.run_id is None else f": convmatrix run --resume {self.run_id}"
+            lines.append(f"  {missing} of {self.planned} planned cases not run{again}")
         if self.where:
             lines.append(f"  results in {self.where}")
         return lines

@@ -36,6 +36,7 @@ class Workload:
     policy: Policy = field(default_factory=Policy)
     timeout_s: float = DEFAULT_TIMEOUT_S
     timing: TimingSettings = field(default_factory=TimingSettings)  # for ``timed`` cases
+    memory_budget_mb: float = 8192.0  # peak memory one case may add
 
 
 def _canonical_source(source: str) -> str:
@@ -77,6 +78,7 @@ def load_workload(source: str, kernel: Any) -> Workload:
         policy=expansion.policy,
         timeout_s=float(expansion.timeout_s),
         timing=expansion.timing,
+        memory_budget_mb=expansion.memory_budget_mb,
     )
 
 

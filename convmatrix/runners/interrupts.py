@@ -1,0 +1,51 @@
+"""Telling a real interrupt from a kernel that raises ``KeyboardInterrupt`` (or any other
+``BaseException``).
+
+A kernel may raise ``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` or its own
+``BaseException`` subclass; none of them is a reason to stop the run: the case is ``crashed``
+with the exception's type and text and the run goes on. A person's Ctrl-C (SIGINT) or a
+SIGTERM must still stop the run, so the handlers installed here note the signal before
+raising ``KeyboardInterrupt``; ``is_real_interrupt`` asks whether one arrived.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Any
+
+__all__ = ["install_signal_handlers", "is_real_interrupt", "kernel_crash_message", "note_signal"]
+
+_received: list[int] = []  # signals received by this process (SIGINT, SIGTERM)
+
+
+def note_signal(signum: int) -> None:
+    """Record that ``signum`` arrived (the handlers call this before raising)."""
+    _received.append(signum)
+
+
+def _sigint(signum: int, frame: Any) -> None:
+    note_signal(signum)
+    raise KeyboardInterrupt
+
+
+def install_signal_handlers() -> None:
+    """Route SIGINT through ``note_signal`` (main thread only; others leave it alone). A
+    handler someone else installed is kept."""
+    with contextlib.suppress(ValueError):
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _sigint)
+
+
+def is_real_interrupt(exc: BaseException) -> bool:
+    """True for a ``KeyboardInterrupt`` that a signal caused (stop the run), False for any
+    ``BaseException`` a kernel raised by itself (record the case as crashed)."""
+    return isinstance(exc, KeyboardInterrupt) and bool(_received)
+
+
+def kernel_crash_message(exc: BaseException) -> str:
+    """The ``crashed`` message of a case whose kernel raised a ``BaseException``."""
+    return (
+        f"the kernel raised {type(exc).__name__}: {exc!s} (a BaseException, not an error: "
+        "the case is recorded as crashed and the run goes on)"
+    )

@@ -1,0 +1,197 @@
+"""Fault injection: each fault the hardening probe found, through a real ``convmatrix run``.
+
+``fault_kernels:Faults`` faults on one case per sequence length of ``faults.matrix.yaml``
+(a lone surrogate, NUL, a 1 MB message, ``sys.exit``, the kernel's own KeyboardInterrupt,
+GeneratorExit and BaseException, a float64 output for a float32 case, a child process left
+running, a 400 MB leak against a 200 MB budget). Every other case must keep its result and the
+summary must account for every planned case. Then the controller is SIGKILLed mid-run: its
+workers must go, what it received must be stored, the run shows as abandoned and resumes, and
+``--resume`` of a run still alive is refused.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+from runner_helpers import (
+    RESOURCES,
+    TINY,
+    child_env,
+    convmatrix_cmd,
+    pytest_cmd,
+    results,
+    run,
+    runs,
+)
+from sqlalchemy.engine import make_url
+
+from convmatrix.core.sanitise import MAX_TEXT
+from convmatrix.db import Session, open_database
+from convmatrix.db.engine import redact_argv
+from convmatrix.db.queries import resolve_run
+from convmatrix.runners.processes import descendants
+
+FAULTS = RESOURCES / "matrices" / "faults.matrix.yaml"
+# seqlen -> (outcome, words its message must contain)
+EXPECTED = {
+    3: ("failed", "path \\udcff"),
+    4: ("failed", "bad byte \\x00"),
+    5: ("failed", "more chars]"),
+    6: ("crashed", "SystemExit"),
+    7: ("crashed", "KeyboardInterrupt"),
+    8: ("failed", "y has dtype torch.float64"),
+    9: ("passed", "ended 1 process(es)"),
+    10: ("crashed", "GeneratorExit"),
+    11: ("failed", "memory_budget_mb 200"),
+    12: ("crashed", "CustomBase"),
+    16: ("passed", ""),
+    17: ("passed", ""),
+}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+def _with_password(url: str) -> str:
+    """The URL with a password PostgreSQL's trust auth ignores (SQLite: unchanged)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return url
+    return parsed.set(password="s3cret-pw").render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize(
+    ("backend", "workers"), [("sqlite", "2"), ("postgres", "2"), ("sqlite", "0")]
+)
+def test_every_fault_is_a_result_and_every_planned_case_is_accounted_for(
+    request, tmp_path, backend, workers
+):
+    url = _with_password(request.getfixturevalue(f"{backend}_url"))
+    pids = tmp_path / "children"
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "fault_kernels:Faults", "-n", workers]
+    done = run(convmatrix_cmd(*args, "--db", url), tmp_path, FAULT_CHILD_PIDS=str(pids))
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    assert out.count("h" * MAX_TEXT) <= 1 and len(out) < 50_000, "the 1 MB message in full"
+
+    (info,) = runs(url)
+    assert info.status == "finished"
+    assert info.n_planned == len(EXPECTED) == sum(info.counts.values())
+    assert "s3cret-pw" not in " ".join(info.argv), info.argv
+    by_seqlen = {r.case.seqlen: r for r in results(url, info.id)}
+    assert set(by_seqlen) == set(EXPECTED)
+    for seqlen, (outcome, words) in EXPECTED.items():
+        got = by_seqlen[seqlen]
+        assert got.outcome == outcome, (seqlen, got.message)
+        assert words in (got.message or ""), (seqlen, got.message)
+        assert "\x00" not in (got.message or "")
+        assert len(got.message or "") <= MAX_TEXT + 40
+    # the leak: measured (400 MB held) and over the budget; the clean cases measured small
+    assert by_seqlen[11].peak_mem_mb is not None and by_seqlen[11].peak_mem_mb >= 350
+    child_pids = [int(p) for p in pids.read_text().split()]
+    assert child_pids and not any(_alive(p) for p in child_pids), "a kernel's child outlived it"
+
+
+def test_a_result_that_never_arrives_is_recorded_lost(tmp_path, sqlite_url):
+    """Workers killed on every case, one restart allowed: the cases nobody ran are ``lost``,
+    counted with the others, so the run still accounts for every planned case."""
+    args = [str(TINY), "--kernel", "fault_kernels:KillsItsWorker", "--db", sqlite_url]
+    done = run(pytest_cmd(*args, "-n", "1", "--max-worker-restart=1"), tmp_path)
+    (info,) = runs(sqlite_url)
+    assert info.counts["lost"] >= 1, done.stdout
+    assert sum(info.counts.values()) == info.n_planned
+    lost = [r for r in results(sqlite_url, info.id) if r.outcome == "lost"]
+    assert all("no result arrived" in (r.message or "") for r in lost)
+
+
+def _wait_for(predicate, limit_s: float = 120.0, step_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return False
+
+
+def _stored(url: str) -> int:
+    engine = open_database(url)
+    try:
+        with Session(engine) as session:
+            return sum(resolve_run(session, "latest").counts.values())
+    except Exception:
+        return 0
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_sigkill_of_the_controller_leaves_no_worker_and_keeps_the_results(
+    request, tmp_path, backend
+):
+    url = request.getfixturevalue(f"{backend}_url")
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "fault_kernels:SlowPasses", "-n", "2"]
+    controller = subprocess.Popen(
+        convmatrix_cmd(*args, "--db", url),
+        cwd=tmp_path,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert _wait_for(lambda: _stored(url) >= 1), "no result was committed"
+        # the run is alive: resuming it now would run every case twice
+        refused = run(convmatrix_cmd("run", "--resume", "latest", "--db", url), tmp_path)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "is still running" in refused.stderr
+        workers = descendants(controller.pid)
+        assert workers
+        received = _stored(url)
+        controller.send_signal(signal.SIGKILL)
+        controller.wait()
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+    assert _wait_for(lambda: not any(_alive(p) for p in workers), limit_s=5.0), (
+        "workers outlived their controller by over 5 s"
+    )
+    (info,) = runs(url)
+    assert info.shown_status.startswith("abandoned"), info.shown_status
+    assert sum(info.counts.values()) >= received
+
+    resumed = run(convmatrix_cmd("run", "--resume", str(info.id), "--db", url), tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    (info,) = runs(url)
+    assert info.status == "finished"
+    assert info.counts["passed"] == info.n_planned
+
+
+def test_argv_redaction_covers_every_form_of_a_database_url():
+    argv = ["run", "--db", "postgresql://u:pw1@h/d", "--db=postgresql://u:pw2@h/d?password=pw3"]
+    shown = " ".join(redact_argv([*argv, "--label", "x=y", "sqlite:////tmp/a=b.db"]))
+    assert not any(secret in shown for secret in ("pw1", "pw2", "pw3")), shown
+    assert "u:***@h" in shown and "x=y" in shown and "sqlite:////tmp/a=b.db" in shown
+
+
+def test_child_processes_of_a_case_end_with_it(tmp_path):
+    """``CaseProcesses`` ends what appeared during the case and leaves older processes."""
+    from convmatrix.runners.processes import CaseProcesses
+
+    older = subprocess.Popen(["sleep", "60"])
+    try:
+        with CaseProcesses() as case:
+            newer = subprocess.Popen(["sleep", "60"])
+        assert case.ended == [newer.pid]
+        assert not _alive(newer.pid)  # killed and reaped (so Popen.wait learns nothing)
+        assert older.poll() is None
+    finally:
+        older.kill()
+        older.wait()

@@ -1,0 +1,302 @@
+"""Malformed input: every member of a corpus of broken matrices and command lines is refused
+with one line (naming file:line, key or argument) and exit 2, and changes no database.
+
+The matrices are the ones a person (or a fuzzer) writes by mistake or malice: syntax, NUL,
+size and nesting bombs, numbers the database cannot hold (literal or after symbols resolve),
+NaN/inf limits, unknown keys and values. They go through ``convmatrix run`` in this process
+(``convmatrix.cli.main``), so what is checked is the real command's exit status and output.
+A hypothesis fuzz of the YAML loader asserts MatrixError or a valid spec, nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from runner_helpers import KERNELS
+
+from convmatrix.cli import main
+from convmatrix.matrix import expand_matrix, load_matrix
+from convmatrix.matrix.errors import MatrixError
+from convmatrix.matrix.schema import parse_matrix
+from convmatrix.matrix.source import load_yaml
+
+BASE = """\
+name: base
+geometry: {tile: 8, ctile: 8, vec: 4}
+timeout_s: 30
+suites:
+  fwd:
+    op: fwd
+    strategy: full
+    dimensions:
+      width: [4]
+      seqlen: [5]
+      dim: [4]
+      batch: [1]
+"""
+
+
+def _swap(old: str, new: str) -> str:
+    assert old in BASE, old
+    return BASE.replace(old, new)
+
+
+def _nested(depth: int) -> str:
+    return BASE + "description: " + "[" * depth + "]" * depth + "\n"
+
+
+# name -> matrix text (bytes for the ones that are not text); every one must be refused
+MATRICES: dict[str, str | bytes] = {
+    "empty": "",
+    "comment_only": "# nothing\n",
+    "nul_in_text": BASE.replace("name: base", "name: ba\x00se"),
+    "nul_in_comment": BASE + "# \x00\n",
+    "not_utf8": BASE.encode() + b"# \xff\xfe\n",
+    "tab_indent": BASE.replace("  fwd:", "\tfwd:"),
+    "unclosed_bracket": _swap("width: [4]", "width: [4"),
+    "top_is_list": "- a\n- b\n",
+    "top_is_scalar": "42\n",
+    "too_big": BASE + "# " + "x" * (1 << 20) + "\n",
+    "nested_5000": _nested(5000),
+    "nested_40": _nested(40),
+    "python_tag": BASE + "description: !!python/object/apply:os.system ['true']\n",
+    "custom_tag": BASE + "description: !foo bar\n",
+    "alias_bomb": "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + BASE,
+    "duplicate_key": BASE + "timeout_s: 40\n",
+    "unknown_top_key": BASE + "colour: blue\n",
+    "no_suites": "name: x\n",
+    "suites_empty": "suites: {}\n",
+    "suites_list": "suites: [a, b]\n",
+    "bad_name": _swap("name: base", "name: 'bad name!'"),
+    "seed_negative": BASE + "seed: -1\n",
+    "seed_huge": BASE + "seed: 1099511627776\n",
+    "seed_float": BASE + "seed: 1.5\n",
+    "timeout_nan": _swap("timeout_s: 30", "timeout_s: .nan"),
+    "timeout_inf": _swap("timeout_s: 30", "timeout_s: .inf"),
+    "timeout_negative": _swap("timeout_s: 30", "timeout_s: -1"),
+    "timeout_zero": _swap("timeout_s: 30", "timeout_s: 0"),
+    "timeout_string": _swap("timeout_s: 30", "timeout_s: soon"),
+    "budget_zero": BASE + "memory_budget_mb: 0\n",
+    "budget_nan": BASE + "memory_budget_mb: .nan\n",
+    "geometry_unknown": _swap("vec: 4}", "vec: 4, warp: 32}"),
+    "geometry_zero": _swap("tile: 8,", "tile: 0,"),
+    "geometry_huge": _swap("tile: 8,", "tile: 9223372036854775808,"),
+    "tolerance_nan": BASE + "tolerances: {float32: {y: {rel: .nan}}}\n",
+    "tolerance_inf": BASE + "tolerances: {float32: {y: {norm: .inf}}}\n",
+    "tolerance_negative": BASE + "tolerances: {float32: {y: {rel: -1}}}\n",
+    "tolerance_dtype": BASE + "tolerances: {float33: {y: {rel: 1}}}\n",
+    "tolerance_output": BASE + "tolerances: {float32: {z: {rel: 1}}}\n",
+    "policy_mode": BASE + "policy: {mode: lenient}\n",
+    "policy_factor_zero": BASE + "policy: {factor: 0}\n",
+    "policy_floor_nan": BASE + "policy: {floor: .nan}\n",
+    "suite_key": _swap("    strategy: full", "    strategy: full\n    colour: red"),
+    "suite_name": _swap("  fwd:", "  'f w d':"),
+    "op_unknown": _swap("op: fwd", "op: sideways"),
+    "strategy_unknown": _swap("strategy: full", "strategy: every"),
+    "dimension_unknown": _swap("batch: [1]", "batch: [1]\n      colour: [red]"),
+    "dimension_empty": _swap("batch: [1]", "batch: []"),
+    "width_zero": _swap("width: [4]", "width: [0]"),
+    "width_text": _swap("width: [4]", "width: [four]"),
+    "width_huge": _swap("width: [4]", "width: [4294967296]"),
+    "seqlen_2_63": _swap("seqlen: [5]", "seqlen: [9223372036854775809]"),
+    "seqlen_1e12": _swap("seqlen: [5]", "seqlen: [1000000000000]"),
+    "seqlen_float": _swap("seqlen: [5]", "seqlen: [5.5]"),
+    "seqlen_expr_huge": _swap("seqlen: [5]", "seqlen: ['4294967296*4294967296']"),
+    "seqlen_symbol_product": _swap(
+        "seqlen: [5]", "seqlen: ['tile*tile*tile*tile*tile*tile*tile*tile*tile*tile*tile']"
+    ),
+    "seqlen_unknown_symbol": _swap("seqlen: [5]", "seqlen: ['warp+1']"),
+    "batch_1e9": _swap("batch: [1]", "batch: [1000000000]"),
+    "size_product": _swap("dim: [4]", "dim: [65536]").replace("seqlen: [5]", "seqlen: [65536]"),
+    "dim_text": _swap("dim: [4]", "dim: [lots]"),
+    "dtype_unknown": _swap("batch: [1]", "batch: [1]\n      dtype: [float33]"),
+    "layout_unknown": _swap("batch: [1]", "batch: [1]\n      layout: [diagonal]"),
+    "checks_unknown": _swap("    strategy: full", "    strategy: full\n    checks: [psychic]"),
+    "dimensions_list": _swap("    dimensions:", "    dimensions: [1]\n    unused:"),
+}
+
+
+def _db_state(path: Path) -> tuple[bool, str | None, set[str]]:
+    """(exists, content hash, the files beside it): what a refused command must not change.
+    The WAL files of the convmatrix database come and go with any reader; not of the others."""
+    siblings = {p.name for p in path.parent.iterdir() if not p.name.startswith("results.db-")}
+    if not path.exists():
+        return False, None, siblings
+    return True, hashlib.sha256(path.read_bytes()).hexdigest(), siblings
+
+
+def _refused(argv: list[str], capsys) -> str:
+    """Run the CLI; assert exit 2 and one line on stderr (no traceback); that line. A run
+    that names no stored run may list the candidates under it, one indented line each."""
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2, (argv, captured.out[-2000:], captured.err[-2000:])
+    assert lines and " error: " in lines[0], captured.err[-3000:]
+    assert all(line.startswith("  run ") for line in lines[1:]), captured.err[-3000:]
+    assert "Traceback" not in captured.out + captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(MATRICES))
+def test_every_malformed_matrix_is_one_line_and_exit_2(name, tmp_path, capsys):
+    text = MATRICES[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+    db = tmp_path / "results.db"
+    argv = ["run", "--matrix", str(path), "--kernel", "torch", "-n", "0", "--db", f"sqlite:///{db}"]
+    line = _refused(argv, capsys)
+    assert str(path) in line, line  # names the file (and line:col where there is one)
+    assert not db.exists(), "a refused run created its database"
+
+
+def test_the_base_matrix_is_valid(tmp_path):
+    """The corpus's refusals are the mutations', not the base's."""
+    path = tmp_path / "base.yaml"
+    path.write_text(BASE)
+    assert len(expand_matrix(load_matrix(str(path))).cases) == 1
+
+
+@pytest.fixture
+def convmatrix_db(tmp_path) -> Path:
+    """A real convmatrix database holding one run (copied from a tiny --no-db-free run)."""
+    path = tmp_path / "results.db"
+    matrix = tmp_path / "one.yaml"
+    matrix.write_text(BASE)
+    assert main(["run", "--matrix", str(matrix), "--kernel", "torch", "-n", "0",
+                 "--db", f"sqlite:///{path}"]) == 0  # fmt: skip
+    return path
+
+
+def _cli_cases(tmp: Path, db: Path) -> list[tuple[list[str], str]]:
+    """(argv, words of the one line) of the command-line corpus; ``db`` an existing database."""
+    url = f"sqlite:///{db}"
+    foreign = tmp / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE notes (x)")
+    garbage = tmp / "garbage.db"
+    garbage.write_bytes(b"this is not a database\x00" * 100)
+    missing = f"sqlite:///{tmp / 'missing.db'}"
+    run = ["run", "--matrix", "smoke", "-n", "0"]
+    return [
+        ([*run, "--kernel", "os:system", "--db", url], "is not a kernel"),
+        ([*run, "--kernel", "os:abort", "--db", url], "is not a kernel"),
+        ([*run, "--kernel", "json:loads", "--db", url], "is not a kernel"),
+        ([*run, "--kernel", "nope", "--db", url], "unknown kernel"),
+        ([*run, "--kernel", "fault_kernels:LongName", "--db", url], "1 to 200 characters"),
+        ([*run, "--kernel", "torch", "--db", f"sqlite:///file:{db}?mode=ro&uri=true"], "readonly"),
+        ([*run, "--kernel", "nosuchmodule:K", "--db", url], "cannot import"),
+        ([*run, "--kernel", "torch", "--case-timeout", "nan", "--db", url], "--case-timeout"),
+        ([*run, "--kernel", "torch", "--case-timeout", "-1", "--db", url], "--case-timeout"),
+        ([*run, "--kernel", "torch", "--case-timeout", "0", "--db", url], "--case-timeout"),
+        ([*run, "--kernel", "torch", "--case-timeout", "inf", "--db", url], "--case-timeout"),
+        ([*run, "--kernel", "torch", "--label", "x" * 300, "--db", url], "--label"),
+        ([*run, "--kernel", "torch", "--db", "sqlite:////proc/nope/x.db"], "cannot create"),
+        ([*run, "--kernel", "torch", "--db", "not a url"], "not a database URL"),
+        ([*run, "--kernel", "torch", "--db", f"sqlite:///{foreign}"], "not a convmatrix"),
+        ([*run, "--kernel", "torch", "--db", f"sqlite:///{garbage}"], "not a usable SQLite"),
+        ([*run, "--kernel", "torch", "--resume", "999", "--db", missing], "no database"),
+        ([*run, "--kernel", "torch", "--resume", "999", "--db", url], "999"),
+        ([*run, "--kernel", "torch", "--case", "zzzz", "--db", url], "--case zzzz"),
+        (
+            ["run", "--matrix", str(tmp / "absent.yaml"), "--kernel", "torch", "--db", url],
+            "no such",
+        ),
+        ([*run, "--kernel", "torch", "--device", "quantum", "--db", url], "quantum"),
+        (["report", "latest", "--db", url, "--out", "/proc/nope"], "--out"),
+        (["report", "999", "--db", url, "--out", str(tmp / "r")], "999"),
+        (["history", "--dtype", "fp32", "--db", f"sqlite:///{foreign}"], "not a convmatrix"),
+        (["history", "--dtype", "fp32", "--db", missing], "does not exist"),
+        (["diff", "1", "999", "--db", url], "999"),
+        (
+            [
+                "run",
+                "--matrix",
+                "smoke",
+                "--kernel",
+                "torch",
+                "-n",
+                "0",
+                "--db",
+                url,
+                "--report",
+                str(tmp / "r"),
+                "--no-db",
+            ],
+            "--no-db",
+        ),
+    ]
+
+
+def test_every_malformed_command_line_is_one_line_exit_2_and_changes_nothing(
+    tmp_path, convmatrix_db, capsys, monkeypatch
+):
+    monkeypatch.syspath_prepend(str(KERNELS))  # fault_kernels, importable in this process
+    cases = _cli_cases(tmp_path, convmatrix_db)
+    assert len(cases) >= 20
+    watched = [convmatrix_db, tmp_path / "foreign.db", tmp_path / "garbage.db"]
+    for argv, words in cases:
+        before = [_db_state(p) for p in watched]
+        line = _refused(argv, capsys)
+        assert words in line, (argv, line)
+        assert [_db_state(p) for p in watched] == before, argv
+        assert not (tmp_path / "missing.db").exists(), argv
+    with sqlite3.connect(tmp_path / "foreign.db") as conn:  # never switched to WAL
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+# -- fuzz ---------------------------------------------------------------------------------------
+_SCALARS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.booleans(),
+    st.none(),
+)
+_KEYS = st.sampled_from(
+    ["name", "suites", "op", "dimensions", "width", "seqlen", "dim", "batch", "timeout_s",
+     "tolerances", "policy", "geometry", "seed", "fwd", "update", "strategy", "x"]
+)  # fmt: skip
+_TREES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=5)),
+    max_leaves=30,
+)
+
+
+def _to_yaml(value: object) -> str:
+    import json
+
+    return json.dumps(value, allow_nan=True)  # JSON is YAML (NaN/Infinity are plain strings)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=_TREES)
+def test_fuzzed_documents_are_a_matrix_error_or_a_valid_spec(tree):
+    try:
+        root = load_yaml(_to_yaml(tree), "fuzz.yaml")
+        spec = parse_matrix(root, name="fuzz", path="fuzz.yaml", content_hash="0")
+        expand_matrix(spec)
+    except MatrixError as exc:
+        assert "\n" not in str(exc)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(max_size=200) | st.builds(lambda t: BASE + t, st.text(max_size=60)))
+def test_fuzzed_text_is_a_matrix_error_or_a_valid_spec(text):
+    try:
+        root = load_yaml(text, "fuzz.yaml")
+        spec = parse_matrix(root, name="fuzz", path="fuzz.yaml", content_hash="0")
+        expand_matrix(spec)
+    except MatrixError:
+        pass
