@@ -99,6 +99,10 @@ class CaseResult:
     properties: list[PropertyResult] = field(default_factory=list)
     timings: list[TimingResult] = field(default_factory=list)
     worker: str | None = None
+    host: str | None = None  # where it ran (placement): host name and device index there
+    device_index: int | None = None
+    retries: int = 0  # resubmissions: a lost actor or node, a crash confirmed elsewhere
+    retry_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -116,6 +120,10 @@ class CaseResult:
             properties=[_record(PropertyResult, p) for p in data.get("properties", [])],
             timings=[_record(TimingResult, t) for t in data.get("timings", [])],
             worker=data.get("worker"),
+            host=data.get("host"),
+            device_index=data.get("device_index"),
+            retries=data.get("retries", 0),
+            retry_reason=data.get("retry_reason"),
         )
 
 

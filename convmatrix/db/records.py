@@ -68,6 +68,10 @@ def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
         message=result.message,
         duration_s=float(result.duration_s),
         worker=result.worker,
+        host=result.host,
+        device_index=result.device_index,
+        retries=int(result.retries),
+        retry_reason=result.retry_reason,
     )
     return row
 
@@ -130,4 +134,8 @@ def result_from_rows(
         properties=[PropertyResult(p.name, p.passed, p.detail) for p in props],
         timings=[TimingResult(**{n: getattr(t, n) for n in _TIMING_FIELDS}) for t in timings],
         worker=case.worker,
+        host=case.host,
+        device_index=case.device_index,
+        retries=case.retries or 0,
+        retry_reason=case.retry_reason,
     )
