@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.records import CaseResult, RunMeta
 from convmatrix.db.engine import redact_url
 from convmatrix.db.migrate import open_database
+from convmatrix.db.models import Run
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter
-from convmatrix.runners.store import StoredRun
+from convmatrix.runners.store import Shard, StoredRun
 
 __all__ = ["DatabaseStore"]
 
@@ -30,6 +31,7 @@ class DatabaseStore:
         self.url = url
         self._engine: Engine | None = None
         self._writer: ResultWriter | None = None
+        self._shard: Shard | None = None
 
     @property
     def engine(self) -> Engine:
@@ -39,6 +41,11 @@ class DatabaseStore:
 
     def where(self) -> str | None:
         return redact_url(self.engine.url)
+
+    def sharded(self, label: str) -> StoredRun | None:
+        with Session(self.engine) as session:
+            run_id = session.scalar(select(Run.id).where(Run.shard_label == label))
+        return None if run_id is None else self.lookup(str(run_id))
 
     def lookup(self, spec: str) -> StoredRun:
         with Session(self.engine) as session:
@@ -53,8 +60,13 @@ class DatabaseStore:
             done=frozenset(done),
         )
 
-    def start(self, meta: RunMeta, resume: int | None = None) -> int | None:
+    def start(
+        self, meta: RunMeta, resume: int | None = None, shard: Shard | None = None
+    ) -> int | None:
         self._writer = ResultWriter(self.engine)
+        self._shard = shard
+        if shard is not None:
+            return self._writer.join_sharded_run(meta, shard.label, shard.count, shard.index)
         if resume is None:
             return self._writer.start_run(meta)
         self._writer.resume_run(resume)
@@ -68,7 +80,10 @@ class DatabaseStore:
         writer = self._writer
         if writer is None or writer.run_id is None:
             return None
-        writer.finish_run(writer.run_id, status)
+        if self._shard is not None:
+            writer.finish_shard(self._shard.index, status)
+        else:
+            writer.finish_run(writer.run_id, status)
         with Session(self.engine) as session:
             counts = resolve_run(session, writer.run_id).counts
         self.engine.dispose()

@@ -24,8 +24,8 @@ import contextlib
 import json
 import os
 import signal
-import traceback
-from dataclasses import dataclass
+import socket
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import pytest
@@ -37,8 +37,9 @@ from convmatrix.core.errors import ConvmatrixError
 from convmatrix.core.records import CaseResult
 from convmatrix.core.verdict import describe
 from convmatrix.runners.controller import Prepared, load_kernel
-from convmatrix.runners.execute import run_case
+from convmatrix.runners.execute import run_guarded
 from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
+from convmatrix.runners.store import Shard
 from convmatrix.runners.watchdog import Watchdog
 from convmatrix.runners.workload import Workload
 
@@ -117,6 +118,7 @@ class WorkerPlacement:
     device: str  # "cpu", "cuda:0", "mlu:0" (torch.device("mlu") needs torch_mlu imported)
     env: dict[str, str]
     threads: int | None  # None: leave torch's default (accelerator workers)
+    index: int | None = None  # the physical device index (None on CPU)
 
 
 def place_worker(
@@ -125,10 +127,11 @@ def place_worker(
     """Worker gwN owns device N mod count, which it then sees as device 0; a CPU worker gets
     cores // workers threads (torch's default, every core, oversubscribes them ~3x)."""
     number = int(worker_id.lstrip("gw") or 0)
-    env = visible_devices_env(kind, number % max(1, count), environ)
+    index = number % max(1, count)
+    env = visible_devices_env(kind, index, environ)
     if kind == "cpu":
         return WorkerPlacement("cpu", env, max(1, cores // max(1, workers)))
-    return WorkerPlacement(f"{kind}:0", env, None)
+    return WorkerPlacement(f"{kind}:0", env, None, index)
 
 
 def _worker_prepared(workerinput: dict) -> Prepared:
@@ -155,6 +158,8 @@ def _worker_prepared(workerinput: dict) -> Prepared:
             device=torch.device(where.device),
             device_count=count,
             timeout_s=info["timeout_s"],
+            shard=Shard(*info["shard"]) if info.get("shard") else None,
+            device_index=where.index,
         )
         for source in prepared.sources:
             prepared.workload(source)
@@ -177,6 +182,7 @@ def pytest_configure_node(node: Any) -> None:
         "device_kind": prepared.device.type,
         "device_count": prepared.device_count,
         "timeout_s": prepared.timeout_s,
+        "shard": astuple(prepared.shard) if prepared.shard else None,
     }
 
 
@@ -296,12 +302,9 @@ class CaseItem(pytest.Item):
             self._deliver(result, "\n".join(describe(result)))
 
         with Watchdog(limit, on_timeout):
-            try:
-                result = run_case(self.case, prepared.context(self.workload))
-            except Exception as exc:  # a harness bug: recorded as error, the run goes on
-                tail = "".join(traceback.format_exception(exc, limit=-4))
-                result = CaseResult(self.case, "error", message=f"harness error: {tail}")
+            result = run_guarded(self.case, prepared.context(self.workload))
         result.worker = self._worker()
+        result.host, result.device_index = socket.gethostname(), prepared.device_index
         self.user_properties.append((PAYLOAD, json.dumps(result.to_json())))
         if result.outcome == "skipped":
             pytest.skip(result.message or "skipped")
