@@ -15,7 +15,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import torch
@@ -100,6 +100,42 @@ class Prepared:
         return Context(
             self.kernel, workload.tolerances, workload.policy, self.device, timing=workload.timing
         )
+
+    def handover(self) -> dict[str, Any]:
+        """What a worker needs to rebuild this run (``rebuild``): plain values only, as
+        xdist's workerinput and Ray's task arguments carry them."""
+        return {
+            "kernel": self.kernel_spec,
+            "matrix_sources": self.sources,
+            "wanted": self.wanted,
+            "done": sorted(self.done),
+            "device_kind": self.device.type,
+            "device_count": self.device_count,
+            "timeout_s": self.timeout_s,
+            "shard": astuple(self.shard) if self.shard else None,
+        }
+
+    @classmethod
+    def rebuild(
+        cls, info: dict[str, Any], device: torch.device, device_index: int | None
+    ) -> Prepared:
+        """The controller's ``Prepared`` in a worker bound to ``device`` (``handover``)."""
+        prepared = cls(
+            kernel=load_kernel(info["kernel"]),
+            kernel_spec=info["kernel"],
+            sources=info["matrix_sources"],
+            wanted=list(info["wanted"]),
+            done=set(info["done"]),
+            device_spec=info["device_kind"],
+            device=device,
+            device_count=int(info["device_count"]),
+            timeout_s=info["timeout_s"],
+            shard=Shard(*info["shard"]) if info.get("shard") else None,
+            device_index=device_index,
+        )
+        for source in prepared.sources:
+            prepared.workload(source)
+        return prepared
 
     def planned(self) -> set[str]:
         """Ids of the cases this session runs, over every workload loaded so far (the
