@@ -296,6 +296,5 @@ class RunShardRow(Base):
     host: Mapped[str200]
     pid: Mapped[int | None]
     status: Mapped[str32]
-    n_planned: Mapped[int | None]  # this shard's cases
     started_at: Mapped[utc_time]
     finished_at: Mapped[utc_time | None]

@@ -26,6 +26,7 @@ from convmatrix.db.models import (
     PropertyRow,
     Run,
     RunCountRow,
+    RunShardRow,
     RunSummaryRow,
     TimingRow,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "history",
     "list_runs",
     "load_results",
+    "missing_shards",
     "resolve_run",
 ]
 
@@ -79,6 +81,7 @@ class RunInfo:
     status: str
     n_planned: int | None
     counts: dict[str, int]  # outcome -> number of cases, every outcome present
+    shard_count: int | None = None  # a run written by shards: how many
 
     @property
     def n_results(self) -> int:
@@ -115,6 +118,7 @@ def _run_info(run: Run) -> RunInfo:
         status=run.status,
         n_planned=run.n_planned,
         counts={o: getattr(run, f"n_{o}") for o in OUTCOMES},
+        shard_count=run.shard_count,
     )
 
 
@@ -156,6 +160,25 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
         raise UsageError(f"run {text!r} matches no run id, label or kernel commit{hint}")
     listed = "\n  ".join(r.describe() for r in matches)
     raise UsageError(f"run {text!r} is ambiguous; give one of these ids:\n  {listed}")
+
+
+def missing_shards(session: Session, run_id: int, count: int | None) -> list[str]:
+    """The shards of a sharded run that have not reported (finished), each with what is
+    known of it: ``2/4 never started``, ``1/4 running on host-b``, ``3/4 interrupted on ...``.
+    Empty for a run that is not sharded or whose shards all finished."""
+    if not count:
+        return []
+    rows = {
+        r.shard: r for r in session.scalars(select(RunShardRow).where(RunShardRow.run_id == run_id))
+    }
+    missing = []
+    for index in range(count):
+        row = rows.get(index)
+        if row is None:
+            missing.append(f"{index}/{count} never started")
+        elif row.status != "finished":
+            missing.append(f"{index}/{count} {row.status} on {row.host}")
+    return missing
 
 
 def done_case_ids(session: Session, run_id: int) -> set[str]:

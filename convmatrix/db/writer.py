@@ -170,7 +170,7 @@ class ResultWriter:
                 row = RunShardRow(run_id=run_id, shard=shard)
                 session.add(row)
             row.host, row.pid, row.status = meta.host, os.getpid(), "running"
-            row.n_planned, row.started_at, row.finished_at = meta.n_planned, utcnow(), None
+            row.started_at, row.finished_at = utcnow(), None
             run.status, run.finished_at = "running", None
 
     def finish_shard(self, shard: int, status: str) -> str:

@@ -137,10 +137,12 @@ class Prepared:
             prepared.workload(source)
         return prepared
 
-    def planned(self) -> set[str]:
+    def planned(self, whole_run: bool = False) -> set[str]:
         """Ids of the cases this session runs, over every workload loaded so far (the
-        controller loads them all in ``prepare``)."""
+        controller loads them all in ``prepare``); ``whole_run``: of every shard, done or not."""
         known = [c for w in self.workloads.values() for c in w.cases]
+        if whole_run:
+            return {c.id for c in select_cases(known, self.wanted, set())}
         if self.shard is not None:
             known = [c for c in known if self.shard.owns(c.id)]
         return {c.id for c in select_cases(known, self.wanted, self.done)}
@@ -208,7 +210,9 @@ class Setup:
     def controller(self) -> Controller:
         """The run's recorder, with the run opened in the store."""
         planned = self.prepared.planned()
-        meta = run_meta(self.prepared, self.request, len(planned))
+        # A shard records the whole run's count: the run is one, whichever shard creates it.
+        whole = self.prepared.planned(whole_run=True) if self.request.shard else planned
+        meta = run_meta(self.prepared, self.request, len(whole))
         progress = Progress(len(planned))
         shard = self.request.shard
         return Controller(self.store, meta, planned, self.prepared.resume, progress, shard)

@@ -43,7 +43,6 @@ def upgrade() -> None:
         sa.Column("host", sa.String(length=200), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=True),
         sa.Column("status", sa.String(length=32), nullable=False),
-        sa.Column("n_planned", sa.Integer(), nullable=True),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint(_SHARD_STATUSES, name=op.f("ck_run_shards_status")),
