@@ -148,7 +148,13 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
         _run_info(r)
         for r in session.scalars(
             select(Run)
-            .where(or_(Run.label == text, Run.kernel_commit.startswith(text, autoescape=True)))
+            .where(
+                or_(
+                    Run.label == text,
+                    Run.shard_label == text,
+                    Run.kernel_commit.startswith(text, autoescape=True),
+                )
+            )
             .order_by(Run.started_at, Run.id)
         )
     ]
