@@ -19,25 +19,17 @@ def smoke_ids() -> set[str]:
     return {c.id for c in load_workload("smoke", TorchKernel()).cases}
 
 
+def shard_args(url: str, shard: str, label: str) -> list[str]:
+    """One shard of the smoke matrix, in process (one worker, as one per host would)."""
+    run = ["--matrix", "smoke", "--kernel", "torch", "-n", "0", "--db", url]
+    return [*run, "--shard", shard, "--run-label", label]
+
+
 def start_shards(tmp_path, url: str, label: str, indices, count: int) -> list[subprocess.Popen]:
-    """Shards as concurrent processes (one in-process worker each, as one per host would)."""
+    """Shards as concurrent processes."""
     procs = []
     for index in indices:
-        cmd = convmatrix_cmd(
-            "run",
-            "--matrix",
-            "smoke",
-            "--kernel",
-            "torch",
-            "-n",
-            "0",
-            "--db",
-            url,
-            "--shard",
-            f"{index}/{count}",
-            "--run-label",
-            label,
-        )
+        cmd = convmatrix_cmd("run", *shard_args(url, f"{index}/{count}", label))
         procs.append(
             subprocess.Popen(
                 cmd,
@@ -117,22 +109,7 @@ def test_three_of_four_shards_make_an_incomplete_run_naming_the_missing_one(tmp_
 
 def test_a_shard_of_another_count_or_matrix_is_refused(tmp_path, sqlite_url):
     finish(start_shards(tmp_path, sqlite_url, "n1", (0,), 2))
-    bad = cli(
-        tmp_path,
-        "run",
-        "--matrix",
-        "smoke",
-        "--kernel",
-        "torch",
-        "-n",
-        "0",
-        "--db",
-        sqlite_url,
-        "--shard",
-        "1/3",
-        "--run-label",
-        "n1",
-    )
+    bad = cli(tmp_path, "run", *shard_args(sqlite_url, "1/3", "n1"))
     assert bad.returncode == 2
     assert "was started with 2 shards" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -95,7 +95,9 @@ class IsolatedRunner:
             if conn.poll(timeout_s if timeout_s and timeout_s > 0 else None):
                 return CaseResult.from_json(conn.recv())
         except (EOFError, OSError, BrokenPipeError):
-            return self._lost(case, start, "crashed", self._death())
+            why = self._death()
+            message = f"the case process died while running this case ({why})"
+            return CaseResult(case, "crashed", time.perf_counter() - start, message)
         self.kill()
         message = f"no result after {timeout_s:g} s (the per-case limit); case process killed"
         return CaseResult(case, "timeout", time.perf_counter() - start, message)
@@ -112,10 +114,6 @@ class IsolatedRunner:
             except ValueError:
                 return f"killed by signal {-code}"
         return f"exit status {code}"
-
-    def _lost(self, case: Case, start: float, outcome: str, why: str) -> CaseResult:
-        message = f"the case process died while running this case ({why})"
-        return CaseResult(case, outcome, time.perf_counter() - start, message)
 
     def _forget(self) -> None:
         if self._conn is not None:
