@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,7 +202,7 @@ class RayEngine:
         for handle, (node, host) in zip(handles, places, strict=True):
             index = per_node[node]
             per_node[node] += 1
-            name = f"{host}:{node[:6]}:{index}"
+            name = f"ray:{node[:8]}:{index}"  # node and device; the host has its own column
             binds.append(handle.bind.remote(index, per_host[host], name))
             actors.append(_Actor(handle, name, node))
         ray.get(binds)
@@ -235,7 +236,13 @@ class _Driver:
         while self.queue or self.in_flight:
             self._dispatch()
             if not self.in_flight:
-                return bool(self.queue)  # tasks left and no actor alive
+                if self.queue:
+                    print(
+                        f"convmatrix: every device actor is lost; {len(self.queue)} cases not "
+                        "run (convmatrix run --resume RUN runs them when nodes are back)",
+                        file=sys.stderr,
+                    )
+                return bool(self.queue)
             ready, _ = self.ray.wait(list(self.in_flight), num_returns=1)
             actor, tasks = self.in_flight.pop(ready[0])
             try:
