@@ -146,17 +146,18 @@ class RayEngine:
         started = self._connect(ray, request, resource)
         controller = setup.controller()
         actors: list[_Actor] = []
+        driver: _Driver | None = None
         try:
             actors = self._actors(ray, setup, resource)
             print(f"convmatrix: {len(controller.planned)} cases on {len(actors)} device actors")
-            interrupted = _Driver(ray, setup, controller, actors, self.batch).drive()
-            summary = controller.finish(interrupted)
+            driver = _Driver(ray, setup, controller, actors, self.batch)
+            summary = controller.finish(driver.drive())
         except KeyboardInterrupt:
             summary = controller.finish(True, signalled=True)
         finally:
             controller.finish(True)  # an exception: keep what was recorded, say so
-            for actor in actors:
-                ray.kill(actor.handle, no_restart=True)
+            alive = [a for a in actors if driver is None or a.name in driver.alive]
+            _close(ray, alive)
             if started:
                 ray.shutdown()
         for line in summary.lines():
@@ -207,6 +208,16 @@ class RayEngine:
             actors.append(_Actor(handle, name, node))
         ray.get(binds)
         return actors
+
+
+def _close(ray: Any, actors: list[_Actor]) -> None:
+    """Let live actors stop their case processes, then end them (a lost one is gone)."""
+    try:
+        ray.get([a.handle.close.remote() for a in actors], timeout=30)
+    except Exception:  # an actor lost meanwhile, or stuck: it is killed below either way
+        pass
+    for actor in actors:
+        ray.kill(actor.handle, no_restart=True)
 
 
 class _Driver:
