@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -212,10 +213,9 @@ class RayEngine:
 
 def _close(ray: Any, actors: list[_Actor]) -> None:
     """Let live actors stop their case processes, then end them (a lost one is gone)."""
-    try:
+    # An actor lost meanwhile, or stuck, raises here: it is killed below either way.
+    with contextlib.suppress(Exception):
         ray.get([a.handle.close.remote() for a in actors], timeout=30)
-    except Exception:  # an actor lost meanwhile, or stuck: it is killed below either way
-        pass
     for actor in actors:
         ray.kill(actor.handle, no_restart=True)
 
