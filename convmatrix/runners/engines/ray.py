@@ -145,18 +145,29 @@ class RayEngine:
         kind = setup.prepared.device.type
         resource = RESOURCES[kind]
         started = self._connect(ray, request, resource)
-        controller = setup.controller()
         actors: list[_Actor] = []
         driver: _Driver | None = None
         try:
             actors = self._actors(ray, setup, resource)
+        except BaseException:
+            _close(ray, actors)
+            if started:
+                ray.shutdown()
+            raise
+        request.workers = len(actors)  # the run's capacity, recorded with it
+        controller: Controller | None = None
+        try:
+            controller = setup.controller()
             print(f"convmatrix: {len(controller.planned)} cases on {len(actors)} device actors")
             driver = _Driver(ray, setup, controller, actors, self.batch)
             summary = controller.finish(driver.drive())
         except KeyboardInterrupt:
+            if controller is None:
+                raise
             summary = controller.finish(True, signalled=True)
         finally:
-            controller.finish(True)  # an exception: keep what was recorded, say so
+            if controller is not None:
+                controller.finish(True)  # an exception: keep what was recorded, say so
             alive = [a for a in actors if driver is None or a.name in driver.alive]
             _close(ray, alive)
             if started:
