@@ -120,7 +120,7 @@ def test_losing_a_node_mid_run_loses_no_case_and_records_the_retries(cluster, tm
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        # Both actors busy (each case sleeps 0.4 s per call): after a few results, stop the
+        # Both actors busy (each kernel call sleeps 0.15 s): after a few results, stop the
         # second node with its actor and the case in flight there.
         seen = 0
         assert proc.stderr is not None

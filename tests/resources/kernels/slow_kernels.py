@@ -8,7 +8,7 @@ import time
 
 from convmatrix.kernels.framework import TorchKernel
 
-DELAY_S = float(os.environ.get("CONVMATRIX_SLOW_DELAY_S", "0.4"))
+DELAY_S = float(os.environ.get("CONVMATRIX_SLOW_DELAY_S", "0.15"))
 
 
 class SlowTorch(TorchKernel):
