@@ -27,8 +27,9 @@ def install_project(session: nox.Session, *extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (SQLite always; PostgreSQL when CONVMATRIX_TEST_PG_URL is set).
     fla-core and Triton come too: the fla adapter's tests run it under the Triton CPU
-    interpreter (triton is ~1 GB installed; pip keeps the torch pin)."""
-    install_project(session, "test", "fla")
+    interpreter (triton is ~1 GB installed; pip keeps the torch pin); Ray too, for the Ray
+    engine's tests on a local two-node cluster."""
+    install_project(session, "test", "fla", "ray")
     workers = os.environ.get("CONVMATRIX_TEST_WORKERS", "2")
     session.run("pytest", "-n", workers, *session.posargs)
 

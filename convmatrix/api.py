@@ -54,12 +54,18 @@ def run(
     case_timeout: float | None = None,
     policy: str | None = None,
     engine: str = "xdist",
+    address: str | None = None,
+    shard: str | None = None,
+    run_label: str | None = None,
     verbose: int = 0,
 ) -> RunSummary:
     """Run ``matrix`` (a built-in name or a file) against ``kernel`` (a registered name or
     ``package.module:attribute``) and record every result in ``db`` (default
     ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``; nothing with ``no_db``).
-    ``resume`` completes a stored run instead (its matrix and kernel by default)."""
+    ``resume`` completes a stored run instead (its matrix and kernel by default).
+    ``engine``: ``xdist`` (this host) or ``ray`` (a Ray cluster at ``address``, or a local
+    one). ``shard`` (``I/N`` or ``auto``) with ``run_label``: run this shard's part of the
+    run every shard labelled ``run_label`` writes into (``convmatrix.runners.shards``)."""
     if device not in DEVICES and device.split(":")[0] not in DEVICES:
         raise UsageError(f"--device {device!r}: one of {', '.join(DEVICES)}")
     if resume and no_db:
@@ -70,7 +76,14 @@ def run(
         raise UsageError(f"--policy {policy!r}: one of {', '.join(tuple(RULES))}")
     from convmatrix.runners.controller import RunRequest
     from convmatrix.runners.engines import make_engine
+    from convmatrix.runners.shards import parse_shard
     from convmatrix.runners.store import MemoryStore, RunStore
+
+    if address and engine != "ray":
+        raise UsageError("--address is the Ray cluster's: give it with --engine ray")
+    chosen_shard = parse_shard(shard, run_label)
+    if chosen_shard is not None and no_db:
+        raise UsageError("--shard writes into a shared database; drop --no-db")
 
     request = RunRequest(
         matrix=matrix,
@@ -83,6 +96,8 @@ def run(
         case_timeout=case_timeout,
         workers=worker_count(workers, device),
         policy=policy,
+        shard=chosen_shard,
+        engine=engine,
     )
     if no_db:
         store: RunStore = MemoryStore()
@@ -90,4 +105,4 @@ def run(
         from convmatrix.db.store import DatabaseStore
 
         store = DatabaseStore(db)
-    return make_engine(engine, verbose=verbose).run(request, store)
+    return make_engine(engine, verbose=verbose, address=address).run(request, store)

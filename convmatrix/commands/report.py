@@ -16,6 +16,7 @@ from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.reports.render import write_report
 from convmatrix.reports.run_view import RunView, build_run_view
 from convmatrix.reports.source import load_run, open_for_reading
+from convmatrix.reports.viewmodel import shard_lines
 
 __all__ = ["add_arguments", "report_command", "write_run_report"]
 
@@ -40,6 +41,8 @@ def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
     counts = ", ".join(f"{n} {o}" for o, n in run.counts.items() if n)
     status = "" if run.status == "finished" else f" [{run.status}]"
     print(f"{run.verdict} {run.title}{status}: {counts or 'no results'}")
+    for line in shard_lines(run):
+        print(f"  {line}")
     for failure in view.failures[:10]:
         print(f"  {failure.outcome:<8} {failure.name}")
     if len(view.failures) > 10:

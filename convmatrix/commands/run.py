@@ -39,6 +39,10 @@ def run_command(args: argparse.Namespace) -> int:
         resume=args.resume,
         case_timeout=args.case_timeout,
         policy=args.policy,
+        engine=args.engine,
+        address=args.address,
+        shard=args.shard,
+        run_label=args.run_label,
         verbose=args.verbose,
     )
     if args.report is not None and summary.run_id is not None:
@@ -79,6 +83,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=tuple(RULES),
         help="verdict policy, overriding the matrix's (default: bound; docs/spec.md §4)",
     )
+    p.add_argument(
+        "--engine",
+        choices=("xdist", "ray"),
+        default="xdist",
+        help="xdist: this host's devices (default); ray: a Ray cluster's (convmatrix[ray])",
+    )
+    p.add_argument("--address", metavar="ADDR", help="the Ray cluster (default: a local one)")
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I of N of one run (auto[/N]: I from the CI's index variable)",
+    )
+    p.add_argument("--run-label", metavar="LABEL", help="the run every --shard writes into")
     p.add_argument("--report", type=Path, metavar="DIR", help="write the HTML report here")
     p.add_argument("-v", "--verbose", action="count", default=0, help="one line per case")
     p.set_defaults(handler=run_command)

@@ -105,6 +105,10 @@ class CaseResult:
     timings: list[TimingResult] = field(default_factory=list)
     worker: str | None = None
     peak_mem_mb: float | None = None  # peak memory the case added (device or process RSS)
+    host: str | None = None  # where it ran (placement): host name and device index there
+    device_index: int | None = None
+    retries: int = 0  # resubmissions: a lost actor or node, a crash confirmed elsewhere
+    retry_reason: str | None = None
 
     def sanitised(self) -> CaseResult:
         """This result with its message and property details made safe to send and store
@@ -132,6 +136,10 @@ class CaseResult:
             timings=[_record(TimingResult, t) for t in data.get("timings", [])],
             worker=data.get("worker"),
             peak_mem_mb=data.get("peak_mem_mb"),
+            host=data.get("host"),
+            device_index=data.get("device_index"),
+            retries=data.get("retries", 0),
+            retry_reason=data.get("retry_reason"),
         ).sanitised()
 
 

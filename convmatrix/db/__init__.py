@@ -29,6 +29,7 @@ from convmatrix.db.queries import (
     history,
     list_runs,
     load_results,
+    missing_shards,
     resolve_run,
 )
 from convmatrix.db.summaries import summarise_pending, summarise_runs
@@ -53,6 +54,7 @@ __all__ = [
     "list_runs",
     "load_results",
     "make_engine",
+    "missing_shards",
     "open_database",
     "reap_stale_runs",
     "redact_url",

@@ -46,6 +46,7 @@ __all__ = [
     "PropertyRow",
     "Run",
     "RunCountRow",
+    "RunShardRow",
     "RunSummaryRow",
     "TimingRow",
     "utcnow",
@@ -101,6 +102,7 @@ class Run(Base):
         Index(None, "kernel", "started_at"),
         Index(None, "label"),
         Index(None, "kernel_commit"),
+        Index(None, "shard_label", unique=True),  # the run N CI shards write into
     )
 
     id: Mapped[intpk]
@@ -135,6 +137,10 @@ class Run(Base):
     # When the summary rows were computed; NULL while results may still change (every batch
     # written clears it), and history then computes this run's numbers live.
     summarised_at: Mapped[utc_time | None]
+    # A run written by shards (``convmatrix run --shard I/N --run-label L``): the label every
+    # shard finds it by and N; which shards reported is in ``run_shards``.
+    shard_label: Mapped[str200 | None]
+    shard_count: Mapped[int | None]
 
 
 class CaseRow(Base):
@@ -180,6 +186,12 @@ class CaseRow(Base):
     worker: Mapped[str32 | None]
     peak_mem_mb: Mapped[float | None]  # memory the case added at its peak (MB)
     created_at: Mapped[utc_time] = mapped_column(default=utcnow)
+    # Placement (the Ray engine, xdist too): the host and the device index the result came from.
+    host: Mapped[str200 | None]
+    device_index: Mapped[int | None]
+    # Resubmissions after a lost actor or node, or a crash confirmed on another device.
+    retries: Mapped[int] = mapped_column(default=0, server_default="0")
+    retry_reason: Mapped[long_text | None]
 
 
 class MetricRow(Base):
@@ -287,3 +299,18 @@ class RunCountRow(Base):
     n_timeout: Mapped[int]
     n_error: Mapped[int]
     n_lost: Mapped[int] = mapped_column(default=0)
+
+
+class RunShardRow(Base):
+    """One shard of a sharded run: who ran it and whether it reported (finished)."""
+
+    __tablename__ = "run_shards"
+    __table_args__ = (CheckConstraint(_in("status", RUN_STATUSES), name="status"),)
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    shard: Mapped[int] = mapped_column(primary_key=True)  # 0 .. shard_count - 1
+    host: Mapped[str200]
+    pid: Mapped[int | None]
+    status: Mapped[str32]
+    started_at: Mapped[utc_time]
+    finished_at: Mapped[utc_time | None]

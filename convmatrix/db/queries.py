@@ -29,6 +29,7 @@ from convmatrix.db.models import (
     PropertyRow,
     Run,
     RunCountRow,
+    RunShardRow,
     RunSummaryRow,
     TimingRow,
     utcnow,
@@ -47,6 +48,7 @@ __all__ = [
     "history",
     "list_runs",
     "load_results",
+    "missing_shards",
     "resolve_run",
 ]
 
@@ -121,6 +123,8 @@ class RunInfo:
             return True
         return True
 
+    shard_count: int | None = None  # a run written by shards: how many
+
     @property
     def n_results(self) -> int:
         return sum(self.counts.values())
@@ -158,6 +162,7 @@ def _run_info(run: Run) -> RunInfo:
         counts={o: getattr(run, f"n_{o}") for o in OUTCOMES},
         heartbeat_at=_aware(run.heartbeat_at),
         pid=run.pid,
+        shard_count=run.shard_count,
     )
 
 
@@ -187,7 +192,13 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
         _run_info(r)
         for r in session.scalars(
             select(Run)
-            .where(or_(Run.label == text, Run.kernel_commit.startswith(text, autoescape=True)))
+            .where(
+                or_(
+                    Run.label == text,
+                    Run.shard_label == text,
+                    Run.kernel_commit.startswith(text, autoescape=True),
+                )
+            )
             .order_by(Run.started_at, Run.id)
         )
     ]
@@ -199,6 +210,25 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
         raise UsageError(f"run {text!r} matches no run id, label or kernel commit{hint}")
     listed = "\n  ".join(r.describe() for r in matches)
     raise UsageError(f"run {text!r} is ambiguous; give one of these ids:\n  {listed}")
+
+
+def missing_shards(session: Session, run_id: int, count: int | None) -> list[str]:
+    """The shards of a sharded run that have not reported (finished), each with what is
+    known of it: ``2/4 never started``, ``1/4 running on host-b``, ``3/4 interrupted on ...``.
+    Empty for a run that is not sharded or whose shards all finished."""
+    if not count:
+        return []
+    rows = {
+        r.shard: r for r in session.scalars(select(RunShardRow).where(RunShardRow.run_id == run_id))
+    }
+    missing = []
+    for index in range(count):
+        row = rows.get(index)
+        if row is None:
+            missing.append(f"{index}/{count} never started")
+        elif row.status != "finished":
+            missing.append(f"{index}/{count} {row.status} on {row.host}")
+    return missing
 
 
 def done_case_ids(session: Session, run_id: int) -> set[str]:

@@ -71,6 +71,10 @@ def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
         duration_s=float(result.duration_s),
         worker=result.worker,
         peak_mem_mb=_num(result.peak_mem_mb),
+        host=result.host,
+        device_index=result.device_index,
+        retries=int(result.retries),
+        retry_reason=result.retry_reason,
     )
     return row
 
@@ -137,4 +141,8 @@ def result_from_rows(
         timings=[TimingResult(**{n: getattr(t, n) for n in _TIMING_FIELDS}) for t in timings],
         worker=case.worker,
         peak_mem_mb=getattr(case, "peak_mem_mb", None),
+        host=case.host,
+        device_index=case.device_index,
+        retries=case.retries or 0,
+        retry_reason=case.retry_reason,
     )

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import Engine, exc, text
+from sqlalchemy import Engine, exc, select, text
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
 from convmatrix.db.engine import connection_error, redact_url, sqlite_file, write_session
 from convmatrix.db.migrate import open_database
+from convmatrix.db.models import Run
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter
-from convmatrix.runners.store import StoredRun
+from convmatrix.runners.store import Shard, StoredRun
 
 __all__ = ["DatabaseStore"]
 
@@ -31,6 +32,7 @@ class DatabaseStore:
         self.url = url
         self._engine: Engine | None = None
         self._writer: ResultWriter | None = None
+        self._shard: Shard | None = None
 
     @property
     def engine(self) -> Engine:
@@ -50,14 +52,23 @@ class DatabaseStore:
         except exc.DBAPIError as err:  # a database the run cannot use: a usage error (exit 2)
             raise UsageError(str(connection_error(self.engine, err))) from err
 
+    def sharded(self, label: str) -> StoredRun | None:
+        # Other shards of the run may be writing it right now: joining is not resuming.
+        with Session(self.engine) as session:
+            run_id = session.scalar(select(Run.id).where(Run.shard_label == label))
+        return None if run_id is None else self._stored(str(run_id), alive_ok=True)
+
     def lookup(self, spec: str) -> StoredRun:
+        return self._stored(spec, alive_ok=False)
+
+    def _stored(self, spec: str, alive_ok: bool) -> StoredRun:
         path = sqlite_file(self.url)
         if path is not None and not path.is_file():  # opening it would create it
             raise UsageError(f"--resume {spec}: there is no database at {path}")
         with Session(self.engine) as session:
             info = resolve_run(session, spec)
             age = info.heartbeat_age()
-            if info.status == "running" and age is not None and not info.abandoned:
+            if not alive_ok and info.status == "running" and age is not None and not info.abandoned:
                 raise UsageError(
                     f"--resume {spec}: run {info.id} is still running (pid {info.pid} on "
                     f"{info.host}, heartbeat {age:.0f} s ago); resume it once it has stopped"
@@ -72,8 +83,13 @@ class DatabaseStore:
             done=frozenset(done),
         )
 
-    def start(self, meta: RunMeta, resume: int | None = None) -> int | None:
+    def start(
+        self, meta: RunMeta, resume: int | None = None, shard: Shard | None = None
+    ) -> int | None:
         self._writer = ResultWriter(self.engine)
+        self._shard = shard
+        if shard is not None:
+            return self._writer.join_sharded_run(meta, shard.label, shard.count, shard.index)
         if resume is None:
             return self._writer.start_run(meta)
         self._writer.resume_run(resume)
@@ -87,7 +103,10 @@ class DatabaseStore:
         writer = self._writer
         if writer is None or writer.run_id is None:
             return None
-        writer.finish_run(writer.run_id, status)
+        if self._shard is not None:
+            writer.finish_shard(self._shard.index, status)
+        else:
+            writer.finish_run(writer.run_id, status)
         with Session(self.engine) as session:
             counts = resolve_run(session, writer.run_id).counts
         self.engine.dispose()

@@ -38,13 +38,14 @@ from convmatrix.db.models import (
     MetricRow,
     PropertyRow,
     Run,
+    RunShardRow,
     TimingRow,
     utcnow,
 )
 from convmatrix.db.records import case_values, child_values
 from convmatrix.db.summaries import summarise_runs
 
-__all__ = ["ResultWriter", "RunMeta", "reap_stale_runs"]
+__all__ = ["ResultWriter", "RunMeta", "reap_stale_runs", "shard_status"]
 
 
 def _counts(session: Session, run_id: int) -> Counter[str]:
@@ -124,7 +125,6 @@ class ResultWriter:
         self._buffer: dict[str, CaseResult] = {}
         self._timer: threading.Timer | None = None  # flushes a batch that is not filling up
         self._lock = threading.RLock()  # the timer's thread and the caller's share the buffer
-        self._counts: Counter[str] = Counter()
         self._finished = False
         self._beating = threading.Event()  # set: the heartbeat thread stops
 
@@ -147,7 +147,7 @@ class ResultWriter:
             session.add(run)
             session.flush()
             self.run_id = run.id
-        self._counts, self._finished = Counter(), False
+        self._finished = False
         self._start_heartbeat()
         return self.run_id
 
@@ -173,6 +173,75 @@ class ResultWriter:
 
         threading.Thread(target=beat, name="convmatrix-heartbeat", daemon=True).start()
 
+    def join_sharded_run(self, meta: RunMeta, label: str, count: int, shard: int) -> int:
+        """Shard ``shard`` of ``count``: create the run labelled ``label`` if no shard has yet
+        (the unique label makes one of two racing shards create it, the other join), then
+        register this shard as ``running``. The run's ``pid`` stays NULL: shards live on
+        other hosts and processes, so only ``run_shards`` says who is alive."""
+        for _attempt in range(3):
+            run_id = self._sharded_run_id(label)
+            if run_id is None:
+                try:
+                    with write_session(self.engine) as session:
+                        values = {**asdict(meta), "pid": None, "status": "running"}
+                        run = Run(**values, started_at=utcnow(), shard_label=label)
+                        run.shard_count = count
+                        session.add(run)
+                        session.flush()
+                        run_id = run.id
+                except exc.IntegrityError:  # another shard created it first: join that one
+                    continue
+            self._register_shard(run_id, label, count, shard, meta)
+            self.run_id, self._finished = run_id, False
+            return run_id
+        raise UsageError(f"--run-label {label}: could not create or join the run")
+
+    def _sharded_run_id(self, label: str) -> int | None:
+        with Session(self.engine) as session:
+            return session.scalar(select(Run.id).where(Run.shard_label == label))
+
+    def _register_shard(self, run_id: int, label: str, count: int, shard: int, meta: RunMeta):
+        with write_session(self.engine) as session:
+            run = session.get(Run, run_id, with_for_update=True)
+            assert run is not None
+            if run.shard_count != count:
+                raise UsageError(
+                    f"--shard {shard}/{count}: run {run_id} (--run-label {label}) was started "
+                    f"with {run.shard_count} shards"
+                )
+            if run.matrix_hash != meta.matrix_hash or run.kernel != meta.kernel:
+                raise UsageError(
+                    f"--run-label {label}: run {run_id} is {run.kernel} on matrix {run.matrix}; "
+                    f"this shard runs {meta.kernel} on {meta.matrix} (a new label per run)"
+                )
+            row = session.get(RunShardRow, (run_id, shard))
+            if row is None:
+                row = RunShardRow(run_id=run_id, shard=shard)
+                session.add(row)
+            row.host, row.pid, row.status = meta.host, os.getpid(), "running"
+            row.started_at, row.finished_at = utcnow(), None
+            run.status, run.finished_at = "running", None
+
+    def finish_shard(self, shard: int, status: str) -> str:
+        """Close this shard with ``status`` and the run with what all shards say
+        (``shard_status``); the run's status."""
+        run_id = self.run_id
+        if run_id is None:
+            raise RuntimeError("finish_shard before join_sharded_run")
+        self.flush()
+        with write_session(self.engine) as session:
+            session.execute(
+                update(RunShardRow)
+                .where(RunShardRow.run_id == run_id, RunShardRow.shard == shard)
+                .values(status=status, finished_at=utcnow())
+            )
+            run = session.get(Run, run_id)
+            assert run is not None and run.shard_count is not None
+            rows = session.scalars(select(RunShardRow).where(RunShardRow.run_id == run_id))
+            overall = shard_status(run.shard_count, {r.shard: r.status for r in rows})
+        self.finish_run(run_id, overall)
+        return overall
+
     def resume_run(self, run_id: int) -> None:
         """Write into an existing run again (``convmatrix run --resume``): status ``running``."""
         try:
@@ -187,7 +256,6 @@ class ResultWriter:
                 raise UsageError(f"--resume: no run {run_id} in {redact_url(self.engine.url)}")
             run.status, run.finished_at, run.pid = "running", None, os.getpid()
             run.heartbeat_at = utcnow()
-            self._counts = _counts(session, run_id)
         self.run_id, self._finished = run_id, False
         self._start_heartbeat()
 
@@ -203,11 +271,15 @@ class ResultWriter:
             self._beating.set()
             self.flush()
         with write_session(self.engine) as session:
+            # Lock the run first: a shard writing a batch meanwhile waits, and the count read
+            # next sees every batch committed before it.
+            session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
             values = _count_values(_counts(session, run_id))
             session.execute(
                 update(Run)
                 .where(Run.id == run_id)
-                .values(status=status, finished_at=utcnow(), **values)
+                .values(status=status, finished_at=None if status == "running" else utcnow())
+                .values(**values)
             )
             if status != "running":
                 summarise_runs(session, [run_id])
@@ -264,13 +336,16 @@ class ResultWriter:
             for model, rows in zip((MetricRow, PropertyRow, TimingRow), children, strict=True):
                 if rows:
                     session.execute(insert(model.__table__), rows)
-            counts = self._counts.copy()
-            counts.subtract(replaced)
-            counts.update(r.outcome for r in batch)
+            delta: Counter[str] = Counter(r.outcome for r in batch)
+            delta.subtract(replaced)
+            # Increments, not values: shards of one run write their batches concurrently.
             # The summary no longer matches: history computes this run live until it stops.
-            values = {**_count_values(counts), "summarised_at": None}
-            session.execute(update(Run).where(Run.id == run_id).values(**values))
-        self._counts = counts
+            values: dict[str, Any] = {
+                f"n_{o}": getattr(Run, f"n_{o}") + n for o, n in delta.items() if n
+            }
+            session.execute(
+                update(Run).where(Run.id == run_id).values(**values, summarised_at=None)
+            )
         self._buffer.clear()
         self.written += len(batch)
         return len(batch)
@@ -312,3 +387,13 @@ class ResultWriter:
                 f"({len(self._buffer)} results unsaved): {err}",
                 file=sys.stderr,
             )
+
+
+def shard_status(count: int, shards: dict[int, str]) -> str:
+    """A sharded run's status from its shards' (index -> status): ``finished`` when all
+    ``count`` finished, ``interrupted`` when one was, else ``running`` (some never reported)."""
+    if any(status == "interrupted" for status in shards.values()):
+        return "interrupted"
+    if all(shards.get(i) == "finished" for i in range(count)):
+        return "finished"
+    return "running"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
 from convmatrix.core.tolerances import DEFAULT_TOLERANCES
 from convmatrix.core.verdict import judged_dtype
-from convmatrix.reports.viewmodel import RunHeader
+from convmatrix.reports.viewmodel import RunHeader, shard_lines
 from convmatrix.runners.timing.compare import TimingComparison, compare_timings
 from convmatrix.runners.timing.history import TimingHistory
 from convmatrix.runners.timing.rules import TimingRule
@@ -265,6 +265,8 @@ def summary_text(view: DiffView, limit: int = 10) -> str:
         f"improvements: {len(view.timing.improvements)}  "
         f"not enough samples: {len(view.timing.not_enough_samples)}",
     ]
+    for side, run in (("BASE", view.base), ("HEAD", view.head)):
+        lines += [f"  {side} {line}" for line in shard_lines(run)]
     for c in view.new_failures[:limit]:
         was = c.base_outcome or "not in base"
         lines.append(f"  NEW FAILURE  {c.name} ({was} -> {c.head_outcome})")

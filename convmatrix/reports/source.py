@@ -23,6 +23,7 @@ from convmatrix.db import (
     case_counts,
     default_url,
     load_results,
+    missing_shards,
     open_database,
     resolve_run,
 )
@@ -70,7 +71,9 @@ def load_run(session: Session, spec: str, url: str, *, what: str = "RUN") -> Loa
     except UsageError as err:
         raise UsageError(f"{what}: {err}") from None
     results = load_results(session, info.id)
-    return LoadedRun(info=info, header=run_header(info, url, results), results=results)
+    missing = missing_shards(session, info.id, info.shard_count)
+    header = run_header(info, url, results, missing)
+    return LoadedRun(info=info, header=header, results=results)
 
 
 def previous_run(session: Session, run: RunInfo) -> RunInfo | None:

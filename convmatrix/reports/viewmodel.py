@@ -51,6 +51,10 @@ class RunHeader:
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> cases, from the results
     n_cases: int = 0
     n_planned: int | None = None
+    shard_count: int | None = None  # a run written by CI shards
+    shards_missing: list[str] = field(default_factory=list)  # "2/4 never started", ...
+    retried: int = 0  # cases resubmitted (lost actor or node, crash confirmed elsewhere)
+    lost: int = 0  # cases given up after repeated lost nodes (outcome ``lost``, "lost node")
 
     @property
     def title(self) -> str:
@@ -65,9 +69,11 @@ class RunHeader:
 
     @property
     def complete(self) -> bool:
-        """The run finished and holds a result for every case it planned."""
+        """The run finished, holds a result for every case it planned, and (sharded) every
+        shard reported."""
         planned = self.n_planned if self.n_planned is not None else self.n_cases
-        return self.status == "finished" and self.n_cases >= planned
+        done = self.status == "finished" and self.n_cases >= planned
+        return done and not self.shards_missing
 
     @property
     def verdict(self) -> str:
@@ -78,21 +84,36 @@ class RunHeader:
         return "PASSED" if self.complete else "INCOMPLETE"
 
 
+def shard_lines(run: RunHeader) -> list[str]:
+    """What a person must know about shards and retries of a run, as text lines."""
+    lines = []
+    if run.shards_missing:
+        lines.append(f"incomplete: shard(s) missing: {', '.join(run.shards_missing)}")
+    if run.retried or run.lost:
+        lost = f", {run.lost} lost (lost node)" if run.lost else ""
+        lines.append(f"{run.retried} case(s) retried{lost}")
+    return lines
+
+
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat(timespec="seconds") if value is not None else None
 
 
-def run_header(run: Any, url: str, results: Iterable[CaseResult] = ()) -> RunHeader:
+def run_header(
+    run: Any, url: str, results: Iterable[CaseResult] = (), shards_missing: Iterable[str] = ()
+) -> RunHeader:
     """The header of ``run`` (a ``convmatrix.db`` Run row), counted from ``results``.
 
     Counts come from the results the report shows rather than the run's own counters, so a
     report of an interrupted run still adds up. ``url`` is redacted: no credentials in reports.
     """
     counts = dict.fromkeys(OUTCOMES, 0)
-    n = 0
+    n = retried = lost = 0
     for result in results:
         counts[result.outcome] = counts.get(result.outcome, 0) + 1
         n += 1
+        retried += bool(getattr(result, "retries", 0))
+        lost += result.outcome == "lost" and (result.message or "").startswith("lost node")
     device = run.device_kind + (f" ({run.device_name})" if run.device_name else "")
     options = getattr(run, "options", None) or {}
     sources = options.get("matrix_sources") or []
@@ -118,6 +139,10 @@ def run_header(run: Any, url: str, results: Iterable[CaseResult] = ()) -> RunHea
         counts=counts,
         n_cases=n,
         n_planned=run.n_planned,
+        shard_count=getattr(run, "shard_count", None),
+        shards_missing=list(shards_missing),
+        retried=retried,
+        lost=lost,
     )
 
 

@@ -16,7 +16,7 @@ import math
 import platform
 import sys
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -28,8 +28,9 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
 from convmatrix.kernels.registry import KernelSpecError, load
 from convmatrix.runners.execute import Context
+from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity
-from convmatrix.runners.store import RunStore
+from convmatrix.runners.store import RunStore, Shard
 from convmatrix.runners.summary import RunSummary, worst_failures
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
 
@@ -51,6 +52,8 @@ class RunRequest:
     files: list[str] = field(default_factory=list)  # *.matrix.yaml given to pytest as paths
     workers: int = 0  # parallel workers (recorded with the run)
     policy: str | None = None  # --policy: overrides the matrix's policy mode
+    shard: Shard | None = None  # --shard I/N --run-label L: this process's part of a run
+    engine: str = "xdist"  # recorded with the run
 
 
 def load_kernel(spec: str | None) -> Any:
@@ -78,6 +81,8 @@ class Prepared:
     timeout_s: float | None = None  # --case-timeout overrides the matrix's
     resume: int | None = None  # the stored run this session completes
     policy: str | None = None  # --policy overrides the matrix's policy mode
+    shard: Shard | None = None  # only the cases this shard owns
+    device_index: int | None = None  # the physical device this process is bound to
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
 
@@ -90,7 +95,7 @@ class Prepared:
 
     def selects(self, case: Case) -> bool:
         """Whether this session runs ``case`` (same answer on the controller and workers)."""
-        if case.id in self.done:
+        if case.id in self.done or (self.shard is not None and not self.shard.owns(case.id)):
             return False
         return not self.wanted or bool(select_cases([case], self.wanted, strict=False))
 
@@ -107,10 +112,52 @@ class Prepared:
             memory_budget_mb=workload.memory_budget_mb,
         )
 
-    def planned(self) -> set[str]:
+    def handover(self) -> dict[str, Any]:
+        """What a worker needs to rebuild this run (``rebuild``): plain values only, as
+        xdist's workerinput and Ray's task arguments carry them."""
+        return {
+            "kernel": self.kernel_spec,
+            "matrix_sources": self.sources,
+            "wanted": self.wanted,
+            "done": sorted(self.done),
+            "device_kind": self.device.type,
+            "device_count": self.device_count,
+            "timeout_s": self.timeout_s,
+            "shard": astuple(self.shard) if self.shard else None,
+            "policy": self.policy,
+        }
+
+    @classmethod
+    def rebuild(
+        cls, info: dict[str, Any], device: torch.device, device_index: int | None
+    ) -> Prepared:
+        """The controller's ``Prepared`` in a worker bound to ``device`` (``handover``)."""
+        prepared = cls(
+            kernel=load_kernel(info["kernel"]),
+            kernel_spec=info["kernel"],
+            sources=info["matrix_sources"],
+            wanted=list(info["wanted"]),
+            done=set(info["done"]),
+            device_spec=info["device_kind"],
+            device=device,
+            device_count=int(info["device_count"]),
+            timeout_s=info["timeout_s"],
+            shard=Shard(*info["shard"]) if info.get("shard") else None,
+            device_index=device_index,
+            policy=info.get("policy"),
+        )
+        for source in prepared.sources:
+            prepared.workload(source)
+        return prepared
+
+    def planned(self, whole_run: bool = False) -> set[str]:
         """Ids of the cases this session runs, over every workload loaded so far (the
-        controller loads them all in ``prepare``)."""
+        controller loads them all in ``prepare``); ``whole_run``: of every shard, done or not."""
         known = [c for w in self.workloads.values() for c in w.cases]
+        if whole_run:
+            return {c.id for c in select_cases(known, self.wanted, set())}
+        if self.shard is not None:
+            known = [c for c in known if self.shard.owns(c.id)]
         return {c.id for c in select_cases(known, self.wanted, self.done)}
 
 
@@ -134,7 +181,13 @@ def prepare(request: RunRequest, store: RunStore) -> Prepared:
         raise UsageError("--label: at most 200 characters, without NUL")
     sources = [request.matrix] if request.matrix else []
     kernel_spec, resume = request.kernel, None
-    if request.resume:
+    if request.shard is not None:
+        if request.resume:
+            raise UsageError("--resume with --shard: rerun the shard with its --run-label")
+        # A shard started again (its job retried by CI) runs only what it has not recorded.
+        joined = store.sharded(request.shard.label)
+        done = set(joined.done) if joined else set()
+    elif request.resume:
         resume = store.lookup(request.resume)
         stored = list(resume.matrix_sources)
         if sources and sources != stored[:1] and not set(sources) <= set(stored):
@@ -147,13 +200,14 @@ def prepare(request: RunRequest, store: RunStore) -> Prepared:
         kernel_spec=str(kernel_spec),
         sources=[s for s in sources if s not in request.files],
         wanted=list(request.cases),
-        done=set(resume.done) if resume else set(),
+        done=set(resume.done) if resume else done if request.shard else set(),
         device_spec=request.device,
         device=device,
         device_count=count,
         timeout_s=request.case_timeout,
         resume=resume.id if resume else None,
         policy=request.policy,
+        shard=request.shard,
     )
     for source in [*sources, *request.files]:
         prepared.workload(source)
@@ -179,8 +233,12 @@ class Setup:
     def controller(self) -> Controller:
         """The run's recorder, with the run opened in the store."""
         planned = self.prepared.planned()
-        meta = run_meta(self.prepared, self.request, len(planned))
-        controller = Controller(self.store, meta, planned, self.prepared.resume)
+        # A shard records the whole run's count: the run is one, whichever shard creates it.
+        whole = self.prepared.planned(whole_run=True) if self.request.shard else planned
+        meta = run_meta(self.prepared, self.request, len(whole))
+        progress = Progress(len(planned))
+        shard = self.request.shard
+        controller = Controller(self.store, meta, planned, self.prepared.resume, progress, shard)
         for workload in self.prepared.workloads.values():
             controller.known.update((c.id, c) for c in workload.cases if c.id in planned)
         return controller
@@ -212,6 +270,7 @@ def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
             "kernel_spec": prepared.kernel_spec,
             "matrix_sources": list(prepared.workloads),
             "workers": request.workers,
+            "engine": request.engine,
             "device": prepared.device_spec,
             "case_timeout_s": prepared.timeout_s,
             "cases": prepared.wanted,
@@ -225,10 +284,20 @@ def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
 class Controller:
     """Records a run's results exactly once each and closes the run into a ``RunSummary``."""
 
-    def __init__(self, store: RunStore, meta: RunMeta, planned: set[str], resume: int | None):
+    def __init__(
+        self,
+        store: RunStore,
+        meta: RunMeta,
+        planned: set[str],
+        resume: int | None,
+        progress: Progress | None = None,
+        shard: Shard | None = None,
+    ):
         self.store = store
         self.planned = planned
-        self.run_id = store.start(meta, resume)
+        self.progress = progress
+        self.shard = shard
+        self.run_id = store.start(meta, resume, shard) if shard else store.start(meta, resume)
         self.results: dict[str, CaseResult] = {}
         self.crashed_workers: Counter[str] = Counter()
         self.summary: RunSummary | None = None  # set once the run is closed
@@ -241,6 +310,8 @@ class Controller:
             return False
         self.results[result.case.id] = result
         self.store.add(result)
+        if self.progress is not None:
+            self.progress.update(result)
         return True
 
     def crashed(self, case: Case, worker: str | None, detail: str) -> bool:
@@ -283,5 +354,7 @@ class Controller:
             where=self.store.where() if self.run_id is not None else None,
             crashed_workers=sum(self.crashed_workers.values()),
             signalled=signalled,
+            retried=sum(1 for r in self.results.values() if r.retries),
+            shard=str(self.shard) if self.shard else None,
         )
         return self.summary

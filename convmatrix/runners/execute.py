@@ -10,6 +10,7 @@ declared ``capabilities.error_types``; returning normally or raising anything el
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ from convmatrix.runners.metrics import error_metrics
 from convmatrix.runners.processes import CaseProcesses
 from convmatrix.runners.properties import check_guards, run_properties
 
-__all__ = ["Context", "build_inputs", "run_case", "skip_reason"]
+__all__ = ["Context", "build_inputs", "run_case", "run_guarded", "skip_reason"]
 
 # Outputs that are copies of inputs: a kernel must reproduce them bit for bit unless it sets
 # ``exact_state = False`` (e.g. it stores the state in another dtype).
@@ -219,3 +220,13 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
         result.message = note if not result.message else f"{result.message}; {note}"
     result.duration_s = time.perf_counter() - start
     return result.sanitised()
+
+
+def run_guarded(case: Case, ctx: Context) -> CaseResult:
+    """``run_case`` as every engine calls it: a bug of the harness itself becomes an ``error``
+    result for this case (with the end of its traceback) and the run goes on."""
+    try:
+        return run_case(case, ctx)
+    except Exception as exc:
+        tail = "".join(traceback.format_exception(exc, limit=-4))
+        return CaseResult(case, "error", message=f"harness error: {tail}").sanitised()

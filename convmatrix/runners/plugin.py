@@ -22,23 +22,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
-import traceback
-from dataclasses import dataclass
+import socket
 from typing import Any
 
 import pytest
-import torch
 
 from convmatrix.core.case import Case
-from convmatrix.core.devices import backend_module, cpu_cores, visible_devices_env
+from convmatrix.core.devices import cpu_cores
 from convmatrix.core.errors import ConvmatrixError
 from convmatrix.core.records import CaseResult
 from convmatrix.core.verdict import describe
-from convmatrix.runners.controller import Prepared, load_kernel
-from convmatrix.runners.execute import run_case
+from convmatrix.runners.controller import Prepared
+from convmatrix.runners.execute import run_guarded
 from convmatrix.runners.interrupts import install_signal_handlers, note_signal
+from convmatrix.runners.placement import WorkerPlacement, bind, place_worker
 from convmatrix.runners.processes import watch_parent
 from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
 from convmatrix.runners.watchdog import Watchdog
@@ -116,27 +114,6 @@ def _matrix_only(config: pytest.Config) -> None:
         config.args = []
 
 
-@dataclass(frozen=True)
-class WorkerPlacement:
-    """Where an xdist worker runs: its device, the visibility variables, its torch threads."""
-
-    device: str  # "cpu", "cuda:0", "mlu:0" (torch.device("mlu") needs torch_mlu imported)
-    env: dict[str, str]
-    threads: int | None  # None: leave torch's default (accelerator workers)
-
-
-def place_worker(
-    worker_id: str, workers: int, kind: str, count: int, cores: int, environ: dict | None = None
-) -> WorkerPlacement:
-    """Worker gwN owns device N mod count, which it then sees as device 0; a CPU worker gets
-    cores // workers threads (torch's default, every core, oversubscribes them ~3x)."""
-    number = int(worker_id.lstrip("gw") or 0)
-    env = visible_devices_env(kind, number % max(1, count), environ)
-    if kind == "cpu":
-        return WorkerPlacement("cpu", env, max(1, cores // max(1, workers)))
-    return WorkerPlacement(f"{kind}:0", env, None)
-
-
 def _worker_prepared(workerinput: dict) -> Prepared:
     """Pin this worker to its device before anything initialises it, then load the same
     workloads as the controller."""
@@ -145,29 +122,11 @@ def _worker_prepared(workerinput: dict) -> Prepared:
     where = place_worker(
         str(workerinput["workerid"]), int(workerinput["workercount"]), kind, count, cpu_cores()
     )
-    os.environ.update(where.env)
-    if where.threads is not None:
-        torch.set_num_threads(where.threads)
-    else:
-        backend_module(kind)  # registers torch.mlu (imports torch_mlu) after the pinning
+    device = bind(where, kind)
     try:
-        prepared = Prepared(
-            kernel=load_kernel(info["kernel"]),
-            kernel_spec=info["kernel"],
-            sources=info["matrix_sources"],
-            wanted=list(info["wanted"]),
-            done=set(info["done"]),
-            device_spec=kind,
-            device=torch.device(where.device),
-            device_count=count,
-            timeout_s=info["timeout_s"],
-            policy=info.get("policy"),
-        )
-        for source in prepared.sources:
-            prepared.workload(source)
+        return Prepared.rebuild(info, device, where.index)
     except ConvmatrixError as exc:
         raise pytest.UsageError(str(exc)) from exc
-    return prepared
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -176,16 +135,7 @@ def pytest_configure_node(node: Any) -> None:
     prepared = node.config.stash.get(PREPARED, None)
     if prepared is None:
         return
-    node.workerinput[_WORKERINPUT] = {
-        "kernel": prepared.kernel_spec,
-        "matrix_sources": prepared.sources,
-        "wanted": prepared.wanted,
-        "done": sorted(prepared.done),
-        "device_kind": prepared.device.type,
-        "device_count": prepared.device_count,
-        "timeout_s": prepared.timeout_s,
-        "policy": prepared.policy,
-    }
+    node.workerinput[_WORKERINPUT] = prepared.handover()
 
 
 def _install_sigterm() -> None:
@@ -305,12 +255,9 @@ class CaseItem(pytest.Item):
             self._deliver(result, "\n".join(describe(result)))
 
         with Watchdog(limit, on_timeout):
-            try:
-                result = run_case(self.case, prepared.context(self.workload))
-            except Exception as exc:  # a harness bug: recorded as error, the run goes on
-                tail = "".join(traceback.format_exception(exc, limit=-4))
-                result = CaseResult(self.case, "error", message=f"harness error: {tail}")
+            result = run_guarded(self.case, prepared.context(self.workload))
         result.worker = self._worker()
+        result.host, result.device_index = socket.gethostname(), prepared.device_index
         self.user_properties.append((PAYLOAD, json.dumps(result.to_json())))
         if result.outcome == "skipped":
             pytest.skip(result.message or "skipped")

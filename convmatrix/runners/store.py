@@ -15,7 +15,25 @@ from typing import Protocol
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
 
-__all__ = ["MemoryStore", "RunStore", "StoredRun"]
+__all__ = ["MemoryStore", "RunStore", "Shard", "StoredRun"]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process runs shard ``index`` of ``count`` of the run every shard finds by
+    ``label`` (``convmatrix run --shard I/N --run-label L``)."""
+
+    index: int
+    count: int
+    label: str
+
+    def owns(self, case_id: str) -> bool:
+        """Whether a case belongs to this shard: by its id (a hash), so shards are disjoint,
+        together complete, and agree without talking to each other."""
+        return int(case_id, 16) % self.count == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
 
 
 @dataclass(frozen=True)
@@ -45,8 +63,15 @@ class RunStore(Protocol):
         """The run ``spec`` names (id, ``latest``, label, commit); ``UsageError`` if none."""
         ...
 
-    def start(self, meta: RunMeta, resume: int | None = None) -> int | None:
-        """Open a new run (or reopen ``resume``); its id, or None when nothing is kept."""
+    def sharded(self, label: str) -> StoredRun | None:
+        """The run the shards labelled ``label`` write into, if one has started."""
+        ...
+
+    def start(
+        self, meta: RunMeta, resume: int | None = None, shard: Shard | None = None
+    ) -> int | None:
+        """Open a new run (or reopen ``resume``; or create or join the run of ``shard``);
+        its id, or None when nothing is kept."""
         ...
 
     def add(self, result: CaseResult) -> None:
@@ -71,7 +96,12 @@ class MemoryStore:
     def lookup(self, spec: str) -> StoredRun:
         raise UsageError("--resume needs the database; drop --no-db")
 
-    def start(self, meta: RunMeta, resume: int | None = None) -> int | None:
+    def sharded(self, label: str) -> StoredRun | None:
+        raise UsageError("--shard needs the shared database; drop --no-db")
+
+    def start(
+        self, meta: RunMeta, resume: int | None = None, shard: Shard | None = None
+    ) -> int | None:
         return None
 
     def add(self, result: CaseResult) -> None:

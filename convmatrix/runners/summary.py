@@ -42,11 +42,15 @@ class RunSummary:
     where: str | None = None  # where the results are (database URL, password redacted)
     crashed_workers: int = 0
     signalled: bool = False  # stopped by SIGINT / SIGTERM
+    retried: int = 0  # cases resubmitted (a lost actor or node, a crash confirmed elsewhere)
+    shard: str | None = None  # "I/N" when this session ran one shard of the run
 
     @property
     def passed(self) -> bool:
         """Every case of the run passed or was skipped, and the run is complete."""
-        return self.status == "finished" and not any(self.counts.get(o) for o in BAD_OUTCOMES)
+        # A shard answers for its own cases: the others may still be running.
+        counts = self.session if self.shard else self.counts
+        return self.status == "finished" and not any(counts.get(o) for o in BAD_OUTCOMES)
 
     @property
     def exit_code(self) -> int:
@@ -65,7 +69,11 @@ class RunSummary:
                 lines += ["  " + line for line in describe(result)]
         if self.crashed_workers:
             lines.append(f"{self.crashed_workers} worker(s) died and were replaced")
+        if self.retried:
+            lines.append(f"{self.retried} case(s) retried (reasons in the report)")
         name = "run (not recorded)" if self.run_id is None else f"run {self.run_id}"
+        if self.shard:
+            name = f"shard {self.shard} of {name}"
         state = f" [{self.status}]" if self.status else ""
         lines.append(f"convmatrix {name}{state}: {counts_line(self.counts)}")
         if sum(self.counts.values()) != sum(self.session.values()):

@@ -5,6 +5,8 @@ all of them execute a case through ``convmatrix.runners.execute.run_case`` and r
 one ``Controller``, so the same matrix records the same results whichever engine ran it.
 
 - ``xdist``: pytest-xdist on one host, one worker process per device (``xdist.py``).
+- ``ray``: device actors on the nodes of a Ray cluster, the driver recording (``ray.py``;
+  ray is imported only when this engine is chosen: ``pip install 'convmatrix[ray]'``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,15 @@ def _xdist(**options: Any) -> Engine:
     return XdistEngine(**options)
 
 
+def _ray(**options: Any) -> Engine:
+    from convmatrix.runners.engines.ray import RayEngine, import_ray
+
+    import_ray()  # "unavailable: ray is not installed ..." before anything is prepared
+    return RayEngine(**options)
+
+
 # Engine name -> factory; each factory imports its engine (and its dependencies) on use.
-ENGINES: dict[str, Callable[..., Engine]] = {"xdist": _xdist}
+ENGINES: dict[str, Callable[..., Engine]] = {"xdist": _xdist, "ray": _ray}
 
 
 def make_engine(name: str, **options: Any) -> Engine:

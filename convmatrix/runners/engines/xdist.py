@@ -72,7 +72,7 @@ class _Handover:
 class XdistEngine:
     """``verbose``: pytest's -v count; ``extra``: more pytest arguments (tests, debugging)."""
 
-    def __init__(self, verbose: int = 0, extra: Sequence[str] = ()) -> None:
+    def __init__(self, verbose: int = 0, extra: Sequence[str] = (), **_: Any) -> None:
         self.verbose = verbose
         self.extra = list(extra)
 

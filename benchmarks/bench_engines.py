@@ -1,0 +1,70 @@
+"""The Ray engine's overhead beside xdist's: start-up and per-case cost, as a ratio.
+
+    python benchmarks/bench_engines.py [--matrix nightly] [--kernel torch] [--rounds 2] [-n 2]
+
+Each measurement is the whole ``convmatrix run`` command (``--no-db``), as a user would time
+it: ``--engine xdist -n N`` (N pytest-xdist workers) and ``--engine ray -n N`` (a local Ray
+cluster of N ``cpu_slot`` units started by the command, N device actors, each running its cases
+in a child process). Start-up is the command on one case of the matrix (``--case ID``); the
+per-case cost is (whole matrix - one case) / (cases - 1). Rounds alternate the engines so the
+machine's other load falls on both; the best of each is kept and Ray / xdist is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+ENGINES = ("xdist", "ray")
+
+
+def timed_run(engine: str, matrix: str, kernel: str, workers: int, case: str | None) -> float:
+    cmd = [sys.executable, "-m", "convmatrix", "run", "--matrix", matrix, "--kernel", kernel]
+    cmd += ["-n", str(workers), "--no-db", "--engine", engine]
+    cmd += ["--case", case] if case else []
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--matrix", default="nightly")
+    parser.add_argument("--kernel", default="torch")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("-n", dest="workers", type=int, default=2)
+    args = parser.parse_args()
+    from convmatrix.kernels.registry import load
+    from convmatrix.runners.workload import load_workload
+
+    cases = load_workload(args.matrix, load(args.kernel)).cases
+    first, n = cases[0].id, len(cases)
+    one: dict[str, list[float]] = {e: [] for e in ENGINES}
+    full: dict[str, list[float]] = {e: [] for e in ENGINES}
+    for round_ in range(args.rounds):
+        for engine in ENGINES:
+            one[engine].append(timed_run(engine, args.matrix, args.kernel, args.workers, first))
+            full[engine].append(timed_run(engine, args.matrix, args.kernel, args.workers, None))
+            print(
+                f"round {round_ + 1} {engine}: 1 case {one[engine][-1]:.1f} s, "
+                f"{n} cases {full[engine][-1]:.1f} s",
+                flush=True,
+            )
+    start = {e: min(one[e]) for e in ENGINES}
+    per_case = {e: (min(full[e]) - start[e]) / max(1, n - 1) for e in ENGINES}
+    print(f"{args.matrix} ({n} cases), -n {args.workers}, best of {args.rounds} rounds:")
+    for e in ENGINES:
+        print(f"  {e:5}: start-up {start[e]:.2f} s, per case {1000 * per_case[e]:.0f} ms")
+    print(
+        f"  ray / xdist: start-up x{start['ray'] / start['xdist']:.2f}, "
+        f"per case x{per_case['ray'] / per_case['xdist']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

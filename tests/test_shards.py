@@ -1,0 +1,165 @@
+"""``--shard I/N --run-label L``: shards as concurrent real processes writing one run into the
+real PostgreSQL server (and SQLite); completeness and the missing-shard report."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from runner_helpers import LIMIT_S, child_env, convmatrix_cmd, results, runs
+
+from convmatrix.core.errors import UsageError
+from convmatrix.kernels.framework import TorchKernel
+from convmatrix.runners.shards import parse_shard
+from convmatrix.runners.store import Shard
+from convmatrix.runners.workload import load_workload
+
+
+def smoke_ids() -> set[str]:
+    return {c.id for c in load_workload("smoke", TorchKernel()).cases}
+
+
+def shard_args(url: str, shard: str, label: str) -> list[str]:
+    """One shard of the smoke matrix, in process (one worker, as one per host would)."""
+    run = ["--matrix", "smoke", "--kernel", "torch", "-n", "0", "--db", url]
+    return [*run, "--shard", shard, "--run-label", label]
+
+
+def start_shards(tmp_path, url: str, label: str, indices, count: int) -> list[subprocess.Popen]:
+    """Shards as concurrent processes."""
+    procs = []
+    for index in indices:
+        cmd = convmatrix_cmd("run", *shard_args(url, f"{index}/{count}", label))
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=tmp_path,
+                env=child_env(),
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    return procs
+
+
+def finish(procs: list[subprocess.Popen]) -> list[str]:
+    outs = [p.communicate(timeout=LIMIT_S)[0] for p in procs]
+    for proc, out in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, out
+    return outs
+
+
+def cli(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        convmatrix_cmd(*args),
+        cwd=tmp_path,
+        env=child_env(),
+        text=True,
+        capture_output=True,
+        timeout=LIMIT_S,
+    )
+
+
+def test_shards_partition_the_cases_disjoint_and_complete():
+    ids = smoke_ids()
+    for count in (1, 2, 3, 4, 7):
+        parts = [{i for i in ids if Shard(k, count, "x").owns(i)} for k in range(count)]
+        assert set().union(*parts) == ids
+        assert sum(len(p) for p in parts) == len(ids)
+    assert all(parts), "7 shards of 35 cases: a hash partition leaves none empty here"
+
+
+@pytest.mark.postgres
+def test_four_shards_into_postgres_make_one_complete_run(tmp_path, postgres_url):
+    outs = finish(start_shards(tmp_path, postgres_url, "nightly-42", range(4), 4))
+    assert all("shard " in out and "/4 of run" in out for out in outs)
+    (info,) = runs(postgres_url)
+    assert info.status == "finished" and info.shard_count == 4
+    stored = results(postgres_url, info.id)
+    assert {r.case.id for r in stored} == smoke_ids()  # the unsharded run's cases, once each
+    # The run's counters were incremented by four concurrent writers: none overwrote another.
+    assert info.counts["passed"] == len(stored) == info.n_planned == 35
+    report = cli(tmp_path, "report", "nightly-42", "--db", postgres_url, "--out", str(tmp_path))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "PASSED" in report.stdout and "missing" not in report.stdout
+
+
+@pytest.mark.postgres
+def test_three_of_four_shards_make_an_incomplete_run_naming_the_missing_one(tmp_path, postgres_url):
+    url = postgres_url
+    finish(start_shards(tmp_path, url, "ci-7", (0, 1, 3), 4))
+    (info,) = runs(url)
+    assert info.status == "running"  # shard 2 has not reported
+    missing = smoke_ids() - {r.case.id for r in results(url, info.id)}
+    assert missing and all(Shard(2, 4, "ci-7").owns(i) for i in missing)
+    report = cli(tmp_path, "report", "ci-7", "--db", url, "--out", str(tmp_path))
+    assert report.returncode == 1
+    assert "INCOMPLETE" in report.stdout
+    assert "shard(s) missing: 2/4 never started" in report.stdout
+    html = (tmp_path / f"run-{info.id}.html").read_text()
+    assert "missing: 2/4 never started" in html
+    diff = cli(tmp_path, "diff", "ci-7", "ci-7", "--db", url, "--out", str(tmp_path / "d.html"))
+    assert "HEAD incomplete: shard(s) missing: 2/4 never started" in diff.stdout, diff.stdout
+    # The late shard completes the run.
+    finish(start_shards(tmp_path, url, "ci-7", (2,), 4))
+    (info,) = runs(url)
+    assert info.status == "finished" and info.counts["passed"] == 35
+
+
+def test_a_shard_of_another_count_or_matrix_is_refused(tmp_path, sqlite_url):
+    finish(start_shards(tmp_path, sqlite_url, "n1", (0,), 2))
+    bad = cli(tmp_path, "run", *shard_args(sqlite_url, "1/3", "n1"))
+    assert bad.returncode == 2
+    assert "was started with 2 shards" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "expected"),
+    [
+        ("1/4", {}, Shard(1, 4, "L")),
+        ("auto/8", {"JOB_COMPLETION_INDEX": "5"}, Shard(5, 8, "L")),
+        (
+            "auto",
+            {
+                "SLURM_ARRAY_TASK_ID": "12",
+                "SLURM_ARRAY_TASK_MIN": "10",
+                "SLURM_ARRAY_TASK_COUNT": "3",
+            },
+            Shard(2, 3, "L"),
+        ),
+        (
+            "auto",
+            {"BUILDKITE_PARALLEL_JOB": "0", "BUILDKITE_PARALLEL_JOB_COUNT": "2"},
+            Shard(0, 2, "L"),
+        ),
+    ],
+)
+def test_the_shard_index_comes_from_the_ci(spec, env, expected):
+    assert parse_shard(spec, "L", env) == expected
+
+
+def test_the_label_comes_from_the_ci_build_when_not_given():
+    env = {
+        "BUILDKITE_PARALLEL_JOB": "1",
+        "BUILDKITE_PARALLEL_JOB_COUNT": "2",
+        "BUILDKITE_BUILD_ID": "0190-ab",
+    }
+    assert parse_shard("auto", None, env) == Shard(1, 2, "buildkite_build_id-0190-ab")
+
+
+@pytest.mark.parametrize(
+    ("spec", "label", "env", "message"),
+    [
+        ("4/4", "L", {}, "the index must be in 0..N-1"),
+        ("2", "L", {}, "give I/N"),
+        ("a/4", "L", {}, "the index 'a' is not a whole number"),
+        ("auto", "L", {}, "none of JOB_COMPLETION_INDEX"),
+        ("auto", "L", {"JOB_COMPLETION_INDEX": "1"}, "give the count: auto/N"),
+        ("0/2", None, {}, "--shard needs --run-label"),
+        (None, "L", {}, "give --shard I/N too"),
+    ],
+)
+def test_bad_shard_arguments_say_what_is_wrong(spec, label, env, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        parse_shard(spec, label, env)
