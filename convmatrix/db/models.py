@@ -37,12 +37,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from convmatrix.core.records import OUTCOMES
 
 __all__ = [
+    "REGRESSION_KINDS",
+    "REGRESSION_STATES",
     "RUN_STATUSES",
     "Base",
     "CaseRow",
     "MetricRow",
-    "REGRESSION_KINDS",
-    "REGRESSION_STATES",
     "PropertyRow",
     "RegressionEventRow",
     "RegressionRow",

@@ -83,7 +83,7 @@ def upgrade() -> None:
             ["regressions.id"],
             name=op.f("fk_regression_events_regression_id_regressions"),
             ondelete="CASCADE",
-        ),  # fmt: skip
+        ),
         _run_fk("regression_events", "run_id"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_regression_events")),
     )
