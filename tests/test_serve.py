@@ -31,7 +31,7 @@ from convmatrix.service.regressions import scan_run
 
 pytest.importorskip("starlette")
 with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
 from convmatrix.service.app import create_app
