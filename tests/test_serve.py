@@ -19,8 +19,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+import test_browser
 from reports_support import cases, synthetic_results, write_run
-from test_browser import Opened, browser  # noqa: F401  (the Chromium fixture)
 
 from convmatrix.cli import main
 from convmatrix.db import make_engine, open_database
@@ -36,6 +36,8 @@ with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx
 
 from convmatrix.service.app import create_app
 
+browser = test_browser.browser  # the Chromium fixtures of the static reports' browser tests
+open_url = test_browser.open_url
 BROKEN = {c.id for c in cases(60)[:2]}
 
 
@@ -176,28 +178,6 @@ def _json(base: str, path: str) -> dict:
         return json.loads(response.read())
 
 
-@pytest.fixture
-def open_url(browser):  # noqa: F811
-    contexts = []
-
-    def _open(url: str) -> Opened:
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        contexts.append(context)
-        page = context.new_page()
-        opened = Opened(page=page, url=url)
-        page.on("console", lambda m: m.type in ("error", "warning") and opened.console.append(
-            f"{m.type}: {m.text}"))  # fmt: skip
-        page.on("pageerror", lambda e: opened.console.append(f"pageerror: {e}"))
-        page.on("request", lambda r: opened.requests.append(r.url))
-        page.on("dialog", lambda d: (opened.dialogs.append(d.message), d.dismiss()))
-        page.goto(url, wait_until="load")
-        return opened
-
-    yield _open
-    for context in contexts:
-        context.close()
-
-
 @pytest.mark.browser
 def test_the_served_pages_in_chromium(server, open_url):
     index = _json(server, "/")
@@ -246,6 +226,12 @@ def test_case_history_diff_and_regressions_in_chromium(server, open_url):
     diff = _json(server, "/diff/1/2")
     opened = open_url(server + "/diff/1/2")
     assert opened.page.inner_text('[data-count="new_failures"]') == str(len(diff["new_failures"]))
+    opened.assert_clean()
+    history = _json(server, "/history/float32")
+    opened = open_url(server + "/history/float32")
+    assert opened.page.inner_text('[data-count="runs"]') == str(len(history["runs"])) == "3"
+    rows = opened.page.locator("#history-rows tr")
+    assert rows.count() == sum(len(r["outputs"]) for r in history["runs"])
     opened.assert_clean()
     regs = _json(server, "/regressions")
     opened = open_url(server + "/regressions")

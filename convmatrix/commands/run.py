@@ -143,7 +143,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--summary", type=Path, metavar="FILE",
         help="append a markdown summary here (default: $GITHUB_STEP_SUMMARY when set)",
     )  # fmt: skip
-    p.add_argument("--base-url", metavar="URL", help="link the summary to `convmatrix serve` here")
+    p.add_argument(
+        "--base-url", metavar="URL", default=os.environ.get("CONVMATRIX_BASE_URL"),
+        help="link the summary to `convmatrix serve` here (default: $CONVMATRIX_BASE_URL)",
+    )  # fmt: skip
     p.add_argument(
         "--fail-on", action="append", default=[], metavar="CONDITION",
         help="new-regressions: exit 1 only when this run found a new regression",

@@ -10,6 +10,7 @@ is told apart before anyone is paged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -86,20 +87,20 @@ def judge_rerun(
 
 
 def confirm(
-    open_writing: Callable[[], object],
+    open_writing: Callable[[], AbstractContextManager[tuple[Session, str]]],
     spec: str | int,
     rerun: Callable[[RerunRequest], int],
 ) -> Confirmation:
     """Rerun the cases of run ``spec``'s detected regressions (``rerun`` runs them and returns
     the new run's id) and mark each confirmed or flaky. ``open_writing()`` is a context
     manager yielding ``(session, url)`` in a write transaction."""
-    with open_writing() as (session, url):  # type: ignore[attr-defined]
+    with open_writing() as (session, url):
         run, regs = pending(session, spec, url)
         header = run_header(run, url)
     if not regs:
         return Confirmation(run.id, None, [], [])
     case_ids = sorted({r.case_id for r in regs})
     rerun_id = rerun(RerunRequest(header=header, case_ids=case_ids, label=f"confirm:{run.id}"))
-    with open_writing() as (session, url):  # type: ignore[attr-defined]
+    with open_writing() as (session, url):
         confirmed, flaky = judge_rerun(session, regs, rerun_id, url)
     return Confirmation(run.id, rerun_id, confirmed, flaky)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy.orm import Session
 
@@ -14,22 +14,24 @@ __all__ = ["reading", "writing"]
 
 
 @contextmanager
-def reading(db: str | None) -> Iterator[tuple[Session, str]]:
+def _session(db: str | None, write: bool) -> Iterator[tuple[Session, str]]:
+    engine, url = open_for_reading(db)
+    try:
+        if write:
+            with write_session(engine) as session:
+                yield session, url
+        else:
+            with Session(engine) as session:
+                yield session, url
+    finally:
+        engine.dispose()
+
+
+def reading(db: str | None) -> AbstractContextManager[tuple[Session, str]]:
     """A session on ``db`` (the default database when None) and the URL used."""
-    engine, url = open_for_reading(db)
-    try:
-        with Session(engine) as session:
-            yield session, url
-    finally:
-        engine.dispose()
+    return _session(db, write=False)
 
 
-@contextmanager
-def writing(db: str | None) -> Iterator[tuple[Session, str]]:
+def writing(db: str | None) -> AbstractContextManager[tuple[Session, str]]:
     """A session in one write transaction on ``db``, committed on exit."""
-    engine, url = open_for_reading(db)
-    try:
-        with write_session(engine) as session:
-            yield session, url
-    finally:
-        engine.dispose()
+    return _session(db, write=True)
