@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import keyword
 import sys
 from collections.abc import Sequence
 
 from convmatrix.core.errors import ConvmatrixError
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "module_name"]
 
 COMMANDS = {
     "selfcheck": "check the float64 reference against itself",
@@ -26,11 +27,23 @@ COMMANDS = {
     "plan": "rank tile sizes for an on-chip memory budget",
     "expand": "list the cases a matrix yields for a kernel",
     "run": "run a matrix against a kernel and record the results",
+    "confirm": "rerun a run's failing and regressed cases: confirmed or flaky",
+    "regressions": "list, scan and update the regressions of the recorded runs",
     "report": "write the HTML report of one run",
     "diff": "compare two runs (two kernel commits) case by case",
     "history": "error history of one dtype over the runs",
+    "bisect": "find the kernel commit that broke a case (git bisect run)",
+    "serve": "serve the report pages live from the database",
+    "export": "write runs as JSON lines (to move them between databases)",
+    "import": "read runs written by export into the database",
     "db": "create or upgrade the results database's schema",
 }
+
+
+def module_name(command: str) -> str:
+    """The module of ``command``: ``convmatrix.commands.<command>``, with an underscore after
+    a Python keyword (``import`` lives in ``import_.py``)."""
+    return f"convmatrix.commands.{command}" + ("_" if keyword.iskeyword(command) else "")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -44,7 +57,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, summary in COMMANDS.items():
         child = sub.add_parser(name, help=summary)
         if name == command:
-            importlib.import_module(f"convmatrix.commands.{name}").add_arguments(child)
+            importlib.import_module(module_name(name)).add_arguments(child)
     return parser
 
 

@@ -79,14 +79,16 @@ class Opened:
 
 
 @pytest.fixture
-def open_page(browser, request):
+def open_url(browser):
+    """Open a URL in a fresh context, recording console messages, requests and dialogs
+    (also used by tests/test_serve.py for the served pages)."""
     contexts = []
 
-    def _open(path: Path) -> Opened:
+    def _open(url: str) -> Opened:
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         contexts.append(context)
         page = context.new_page()
-        opened = Opened(page=page, url=path.as_uri())
+        opened = Opened(page=page, url=url)
         page.on("console", lambda m: m.type in ("error", "warning") and opened.console.append(
             f"{m.type}: {m.text}"))  # fmt: skip
         page.on("pageerror", lambda e: opened.console.append(f"pageerror: {e}"))
@@ -98,6 +100,11 @@ def open_page(browser, request):
     yield _open
     for context in contexts:
         context.close()
+
+
+@pytest.fixture
+def open_page(open_url):
+    return lambda path: open_url(path.as_uri())
 
 
 def _shot(page, name: str) -> None:

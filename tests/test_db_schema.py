@@ -22,6 +22,7 @@ from convmatrix.db.models import Base
 TABLES = {"runs", "cases", "metrics", "properties", "timings", "alembic_version"}
 TABLES |= {"run_summaries", "run_counts"}  # 0002: history summaries per run
 TABLES |= {"run_shards"}  # 0005: the shards of a run written by several CI jobs
+TABLES |= {"regressions", "regression_events"}  # 0006: the regression lifecycle
 
 
 def test_first_use_creates_the_schema_the_models_describe(db_url):

@@ -38,12 +38,16 @@ from convmatrix.core.records import OUTCOMES
 
 __all__ = [
     "HEARTBEAT_S",
+    "REGRESSION_KINDS",
+    "REGRESSION_STATES",
     "RUN_STATUSES",
     "STALE_HEARTBEAT_S",
     "Base",
     "CaseRow",
     "MetricRow",
     "PropertyRow",
+    "RegressionEventRow",
+    "RegressionRow",
     "Run",
     "RunCountRow",
     "RunShardRow",
@@ -57,6 +61,10 @@ __all__ = [
 RUN_STATUSES = ("running", "finished", "interrupted", "abandoned")
 HEARTBEAT_S = 2.0  # how often a writing controller stamps runs.heartbeat_at
 STALE_HEARTBEAT_S = 30.0  # a running run silent this long lost its controller
+REGRESSION_KINDS = ("new_failure", "error_regression", "timing_regression")
+# detected: found by a scan; confirmed/flaky: after a rerun; the rest set by people, except
+# fixed, which a later passing run also sets.
+REGRESSION_STATES = ("detected", "confirmed", "flaky", "acknowledged", "fixed", "ignored")
 
 # Deterministic constraint names, so migrations can refer to (and batch-alter) them everywhere.
 NAMING_CONVENTION = {
@@ -314,3 +322,57 @@ class RunShardRow(Base):
     status: Mapped[str32]
     started_at: Mapped[utc_time]
     finished_at: Mapped[utc_time | None]
+
+
+run_ref = Annotated[int | None, mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))]
+
+
+class RegressionRow(Base):
+    """One case of one kernel, matrix and device that went bad, and where it stands.
+
+    ``output`` is the output an error regression concerns, the timing scope of a timing
+    regression, and ``""`` for a new failure (one row per case and kind and output)."""
+
+    __tablename__ = "regressions"
+    __table_args__ = (
+        CheckConstraint(_in("kind", REGRESSION_KINDS), name="kind"),
+        CheckConstraint(_in("state", REGRESSION_STATES), name="state"),
+        Index(None, "kernel", "matrix", "device", "case_id"),
+        Index(None, "state"),
+    )
+
+    id: Mapped[intpk]
+    kernel: Mapped[str200]
+    matrix: Mapped[str200]
+    device: Mapped[str32]
+    case_id: Mapped[hex12]
+    case_name: Mapped[long_text]
+    output: Mapped[str32]
+    kind: Mapped[str32]
+    state: Mapped[str32]
+    detail: Mapped[long_text | None]
+    first_bad_run: Mapped[run_ref]
+    first_bad_commit: Mapped[str | None] = mapped_column(String(64))
+    last_good_run: Mapped[run_ref]
+    last_good_commit: Mapped[str | None] = mapped_column(String(64))
+    fixed_run: Mapped[run_ref]
+    created_at: Mapped[utc_time] = mapped_column(default=utcnow)
+    updated_at: Mapped[utc_time] = mapped_column(default=utcnow)
+    changed_by: Mapped[str200]
+    note: Mapped[long_text | None]
+
+
+class RegressionEventRow(Base):
+    """One change of a regression's state: who or what, when, from and to, in which run."""
+
+    __tablename__ = "regression_events"
+    __table_args__ = (Index(None, "regression_id"),)
+
+    id: Mapped[intpk]
+    regression_id: Mapped[int] = mapped_column(ForeignKey("regressions.id", ondelete="CASCADE"))
+    at: Mapped[utc_time] = mapped_column(default=utcnow)
+    by: Mapped[str200]
+    from_state: Mapped[str32 | None]
+    to_state: Mapped[str32]
+    run_id: Mapped[run_ref]
+    note: Mapped[long_text | None]

@@ -27,7 +27,7 @@ from convmatrix.reports.formatting import fmt_num, fmt_pct, fmt_secs, raw_value
 from convmatrix.reports.timing_charts import timing_charts
 from convmatrix.reports.viewmodel import write_json
 
-__all__ = ["render_html", "write_report"]
+__all__ = ["content_policy", "render_html", "write_report"]
 
 
 def num_cell(value: float | None, cls: str = "") -> Markup:
@@ -64,6 +64,16 @@ def _static(name: str) -> str:
     return resources.files("convmatrix.reports").joinpath("templates", name).read_text()
 
 
+def content_policy(form_action: str = "'none'") -> str:
+    """The pages' Content-Security-Policy: no fetch at all, our inline script by its hash;
+    ``convmatrix serve`` allows its own forms (``form_action="'self'"``)."""
+    digest = base64.b64encode(hashlib.sha256(_static("report.js").encode()).digest()).decode()
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action {form_action}"
+    )
+
+
 @cache
 def _environment() -> Environment:
     env = Environment(
@@ -77,23 +87,20 @@ def _environment() -> Environment:
         num=fmt_num, pct=fmt_pct, secs=fmt_secs, raw=raw_value, sev=severity_class,
         rate=rate_class, numcell=num_cell, badge=badge,
     )  # fmt: skip
-    script = _static("report.js")
-    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     env.globals.update(
         css=Markup(_static("report.css")),  # our own files, not data: safe to inline
-        script=Markup(script),
-        csp=(
-            "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-            f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
-        ),
+        script=Markup(_static("report.js")),
+        csp=content_policy(),
         version=__version__,
     )
     return env
 
 
-def render_html(view: Any, template: str | None = None) -> str:
-    """The HTML page of a view-model; the template is ``<view.kind>.html`` by default."""
-    extra: dict[str, Any] = {}
+def render_html(view: Any, template: str | None = None, **context: Any) -> str:
+    """The HTML page of a view-model; the template is ``<view.kind>.html`` by default.
+    ``context`` adds to (or overrides) the template's globals: ``convmatrix serve`` passes
+    ``served``, ``request_path`` and its own ``csp``."""
+    extra: dict[str, Any] = dict(context)
     if view.kind == "history":
         extra["charts"] = history_charts(view)
     if view.kind == "run":

@@ -19,7 +19,8 @@
   cluster has one) and then records as ``crashed`` whatever the second attempt did not
   disprove; it is never retried again. A case whose actor or node is lost is resubmitted on
   another device, up to ``MAX_RETRIES`` times, each resubmission recorded (``retries``,
-  ``retry_reason``); beyond that it is recorded as ``lost`` (an infrastructure outcome) with the reason ``lost node``.
+  ``retry_reason``); beyond that it is recorded as ``lost`` (an infrastructure outcome, not
+the kernel's) with the reason ``lost node``.
   When no device is left the run stops ``interrupted`` and ``--resume RUN`` completes it.
 """
 

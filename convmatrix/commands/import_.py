@@ -1,0 +1,49 @@
+"""``convmatrix import FILE...``: store the runs of ``convmatrix export`` files (``-`` for
+stdin) in the database, then scan each for regressions as ``convmatrix run`` would."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from convmatrix.commands.arguments import add_db_argument
+from convmatrix.core.errors import UsageError
+from convmatrix.db import default_url, open_database
+from convmatrix.service.regressions import scan_run
+from convmatrix.service.store import writing
+from convmatrix.service.transfer import import_lines
+
+__all__ = ["add_arguments", "import_command"]
+
+
+def import_command(args: argparse.Namespace) -> int:
+    for name in args.files:
+        if name != "-" and not Path(name).is_file():
+            raise UsageError(f"import: no file {name}")
+    engine = open_database(args.db or default_url())  # created when it does not exist yet
+    imported: list[int] = []
+    try:
+        for name in args.files:
+            if name == "-":
+                imported += import_lines(engine, sys.stdin, "<stdin>")
+            else:
+                with open(name, encoding="utf-8") as stream:
+                    imported += import_lines(engine, stream, name)
+    finally:
+        engine.dispose()
+    print(f"import: runs {', '.join(map(str, imported)) or 'none'}")
+    if not args.no_scan:
+        for run_id in imported:
+            with writing(args.db) as (session, url):
+                scan = scan_run(session, run_id, url=url)
+            print(f"  run {run_id}: {len(scan.new)} new regressions, {len(scan.fixed)} fixed")
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Store runs written by convmatrix export, then scan them."
+    parser.add_argument("files", nargs="+", metavar="FILE", help="export files ('-': stdin)")
+    parser.add_argument("--no-scan", action="store_true", help="do not look for regressions")
+    add_db_argument(parser)
+    parser.set_defaults(handler=import_command)

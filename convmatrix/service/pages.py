@@ -1,0 +1,242 @@
+"""The view-models of the served pages: the same builders as the static reports for a run,
+a diff and a dtype history, plus three pages only the service has (the runs index, one
+case's history across runs and commits, the regressions). Plain dataclasses, read from the
+database; ``app`` renders them through the report templates and returns them as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from convmatrix.core.errors import UsageError
+from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES
+from convmatrix.db.engine import redact_url
+from convmatrix.db.models import CaseRow, MetricRow, Run
+from convmatrix.db.queries import case_counts, history, load_results, resolve_run
+from convmatrix.reports.diff import DiffView, build_diff
+from convmatrix.reports.history_view import HistoryView, build_history_view, parse_since
+from convmatrix.reports.run_view import RunView, build_run_view, rerun_command
+from convmatrix.reports.source import load_run
+from convmatrix.reports.viewmodel import run_header
+from convmatrix.service.regressions import (
+    Regression,
+    RegressionEvent,
+    list_regressions,
+    regression_events,
+)
+
+__all__ = [
+    "CaseHistoryView",
+    "RegressionsView",
+    "RunsView",
+    "case_page",
+    "diff_page",
+    "history_page",
+    "regressions_page",
+    "run_page",
+    "runs_page",
+]
+
+RUN_FILTERS = ("kernel", "label", "device", "matrix", "since", "until")
+
+
+@dataclass
+class RunRow:
+    id: int
+    kernel: str
+    commit: str | None
+    label: str | None
+    device: str
+    matrix: str
+    started_at: str
+    status: str
+    counts: dict[str, int]
+    verdict: str  # PASSED, FAILED or the status of a run that did not finish
+
+
+@dataclass
+class RunsView:
+    kind: str
+    database: str
+    filters: dict[str, str]
+    runs: list[RunRow]
+    choices: dict[str, list[str]]  # filter -> the values the database holds
+
+
+@dataclass
+class CaseRun:
+    """The case in one run: outcome, message and the errors of each output."""
+
+    run_id: int
+    commit: str | None
+    label: str | None
+    device: str
+    started_at: str
+    outcome: str
+    message: str | None
+    e_rel: dict[str, float | None]  # output -> e_rel (None: NaN)
+    e_norm: dict[str, float | None]
+
+
+@dataclass
+class CaseHistoryView:
+    kind: str
+    database: str
+    case_id: str
+    name: str
+    kernel: str | None
+    params: dict[str, Any]
+    outputs: list[str]
+    runs: list[CaseRun]
+    rerun: str  # the command that reruns this case as the newest run did
+    regressions: list[Regression]
+
+
+@dataclass
+class RegressionsView:
+    kind: str
+    database: str
+    states: list[str]
+    kernel: str | None
+    regressions: list[Regression]
+    counts: dict[str, int]  # state -> regressions shown
+    events: dict[int, list[RegressionEvent]] = field(default_factory=dict)
+
+
+def _iso(moment: Any) -> str:
+    return moment.isoformat(timespec="seconds") if moment is not None else ""
+
+
+def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 200) -> RunsView:
+    """The newest runs, filtered by kernel, label, device kind, matrix and a date range
+    (``since``/``until``: ISO dates or ``30d``)."""
+    unknown = [k for k in filters if k not in RUN_FILTERS]
+    if unknown:
+        raise UsageError(f"filter {unknown[0]!r}: choose from {', '.join(RUN_FILTERS)}")
+    query = select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+    columns = {"kernel": Run.kernel, "label": Run.label, "device": Run.device_kind,
+               "matrix": Run.matrix}  # fmt: skip
+    for name, column in columns.items():
+        if filters.get(name):
+            query = query.where(column == filters[name])
+    if filters.get("since"):
+        query = query.where(Run.started_at >= parse_since(filters["since"]))
+    if filters.get("until"):
+        until = parse_since(filters["until"])
+        assert until is not None
+        if len(filters["until"]) == 10:  # a date: the whole day
+            until += timedelta(days=1)
+        query = query.where(Run.started_at < until)
+    rows = []
+    for run in session.scalars(query):
+        info = resolve_run(session, run.id)
+        bad = any(info.counts.get(o) for o in BAD_OUTCOMES)
+        verdict = "FAILED" if bad else "PASSED" if info.status == "finished" else info.status
+        rows.append(RunRow(
+            id=info.id, kernel=info.kernel, commit=info.kernel_commit, label=info.label,
+            device=info.device_kind, matrix=info.matrix, started_at=_iso(info.started_at),
+            status=info.status, counts={o: info.counts[o] for o in OUTCOMES}, verdict=verdict,
+        ))  # fmt: skip
+    choices = {
+        name: sorted(v for v in session.scalars(select(column).distinct()) if v)
+        for name, column in columns.items()
+    }
+    return RunsView(kind="runs", database=redact_url(url), runs=rows, choices=choices,
+                    filters={k: v for k, v in filters.items() if v})  # fmt: skip
+
+
+def run_page(session: Session, url: str, spec: str) -> RunView:
+    loaded = load_run(session, spec, url)
+    return build_run_view(loaded.header, loaded.results)
+
+
+def diff_page(session: Session, url: str, base: str, head: str) -> DiffView:
+    old = load_run(session, base, url, what="BASE")
+    new = load_run(session, head, url, what="HEAD")
+    return build_diff(old.header, old.results, new.header, new.results)
+
+
+def history_page(
+    session: Session, url: str, dtype: str, *, kernel: str | None = None,
+    output: str | None = None, since: str | None = None,
+) -> HistoryView:  # fmt: skip
+    moment = parse_since(since)
+    points = history(session, dtype, kernel=kernel, since=moment, output=output)
+    counts = case_counts(session, dtype, sorted({p.run_id for p in points}))
+    per_run = {
+        run: (sum(c.values()), c.get("passed", 0),
+              sum(n for o, n in c.items() if o in BAD_OUTCOMES))
+        for run, c in counts.items()
+    }  # fmt: skip
+    return build_history_view(points, per_run, dtype=dtype, database=redact_url(url),
+                              output=output, kernel=kernel, since=moment)  # fmt: skip
+
+
+def _value(v: float | None) -> float | None:
+    return None if v is None else float(v)
+
+
+def case_page(
+    session: Session, url: str, case_id: str, kernel: str | None = None
+) -> CaseHistoryView:
+    """One case (id or unique prefix) in every run that holds it, oldest first."""
+    query = (
+        select(CaseRow.id, CaseRow.case_id, CaseRow.run_id, CaseRow.outcome, CaseRow.message)
+        .join(Run, Run.id == CaseRow.run_id)
+        .where(CaseRow.case_id.startswith(case_id, autoescape=True))
+        .order_by(Run.started_at, Run.id)
+    )
+    if kernel:
+        query = query.where(Run.kernel == kernel)
+    rows = session.execute(query).all()
+    ids = {r.case_id for r in rows}
+    if not ids:
+        raise UsageError(f"case {case_id!r}: no run holds it")
+    if len(ids) > 1:
+        raise UsageError(f"case {case_id!r} is ambiguous: {', '.join(sorted(ids))}")
+    full_id = ids.pop()
+    metrics: dict[int, list[Any]] = {}
+    pks = [r.id for r in rows]
+    for m in session.execute(
+        select(MetricRow.case_pk, MetricRow.output, MetricRow.e_rel, MetricRow.e_norm)
+        .where(MetricRow.case_pk.in_(pks)).order_by(MetricRow.id)
+    ):  # fmt: skip
+        metrics.setdefault(m.case_pk, []).append(m)
+    runs, outputs = [], []
+    for row in rows:
+        info = resolve_run(session, row.run_id)
+        ms = metrics.get(row.id, [])
+        outputs += [m.output for m in ms if m.output not in outputs]
+        runs.append(CaseRun(
+            run_id=info.id, commit=info.kernel_commit, label=info.label,
+            device=info.device_kind, started_at=_iso(info.started_at), outcome=row.outcome,
+            message=row.message, e_rel={m.output: _value(m.e_rel) for m in ms},
+            e_norm={m.output: _value(m.e_norm) for m in ms},
+        ))  # fmt: skip
+    newest = resolve_run(session, runs[-1].run_id)
+    result = next(r for r in load_results(session, newest.id) if r.case.id == full_id)
+    params = {k: v for k, v in result.case.to_json().items() if v is not None}
+    return CaseHistoryView(
+        kind="case", database=redact_url(url), case_id=full_id, name=result.case.pytest_id,
+        kernel=kernel, params=params, outputs=outputs, runs=runs,
+        rerun=rerun_command(run_header(newest, url), [full_id]),
+        regressions=list_regressions(session, case_id=full_id, kernel=kernel),
+    )  # fmt: skip
+
+
+def regressions_page(
+    session: Session, url: str, states: list[str], kernel: str | None = None
+) -> RegressionsView:
+    found = list_regressions(session, states=states, kernel=kernel)
+    counts: dict[str, int] = {}
+    for reg in found:
+        counts[reg.state] = counts.get(reg.state, 0) + 1
+    return RegressionsView(
+        kind="regressions", database=redact_url(url), states=states, kernel=kernel,
+        regressions=found, counts=counts,
+        events={r.id: regression_events(session, r.id) for r in found[:200]},
+    )  # fmt: skip

@@ -1,0 +1,79 @@
+"""``export``/``import``: runs moved as JSON lines between real databases (SQLite into
+PostgreSQL too) come back result for result, NaN included, keep their times, and are scanned."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+from reports_support import cases, synthetic_results, write_run
+from sqlalchemy.orm import Session
+
+from convmatrix.cli import main
+from convmatrix.db import load_results, open_database, resolve_run
+from convmatrix.service.regressions import list_regressions
+
+BROKEN = {c.id for c in cases(30)[:2]}
+
+
+def _results_equal(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.case == y.case and x.outcome == y.outcome and x.message == y.message
+        for m, n in zip(x.outputs, y.outputs, strict=True):
+            for f in ("e_abs", "e_rel", "e_norm"):
+                u, v = getattr(m, f), getattr(n, f)
+                assert (math.isnan(u) and math.isnan(v)) or u == v  # exactly: repr round-trips
+        assert [t.samples for t in x.timings] == [t.samples for t in y.timings]
+
+
+@pytest.mark.parametrize("target", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_runs_move_between_databases_as_json_lines(target, tmp_path, request, capsys):
+    source = f"sqlite:///{tmp_path / 'device-host.db'}"
+    engine = open_database(source)
+    results = synthetic_results(30, timed_every=3)
+    results[0].outputs[0].e_rel = math.nan  # a NaN must survive the trip
+    write_run(engine, results, commit="1" * 40, label="host-a")
+    bad = synthetic_results(30, bug=lambda c: c.id in BROKEN)
+    write_run(engine, bad, commit="2" * 40)
+    engine.dispose()
+    dump = tmp_path / "runs.jsonl"
+    assert main(["export", "--all", "--out", str(dump), "--db", source]) == 0
+    assert len(dump.read_text().splitlines()) == 2 + len(results) + len(bad)
+    target_url = request.getfixturevalue(f"{target}_url")
+    if target == "sqlite":
+        target_url = f"sqlite:///{tmp_path / 'central.db'}"
+    assert main(["import", str(dump), "--db", target_url]) == 0
+    assert "run 2: " in capsys.readouterr().out
+    a, b = open_database(source), open_database(target_url)
+    with Session(a) as sa, Session(b) as sb:
+        for spec in ("1", "2"):
+            old, new = resolve_run(sa, spec), resolve_run(sb, spec)
+            assert (new.label, new.kernel_commit, new.status) == (
+                old.label, old.kernel_commit, old.status)  # fmt: skip
+            assert new.started_at == old.started_at and new.counts == old.counts
+            _results_equal(load_results(sa, old.id), load_results(sb, new.id))
+        found = list_regressions(sb)
+    # Scanned on import, in file order: run 2's new failures are the broken cases (run 1,
+    # with no run before it, reports its own bad case, the extras' crash).
+    second = {r.case_id for r in found if r.kind == "new_failure" and r.first_bad_run == 2}
+    assert second == BROKEN
+    crashed = next(r.case.id for r in results if r.outcome == "crashed")
+    assert {r.case_id for r in found if r.first_bad_run == 1} == {crashed}
+    a.dispose()
+    b.dispose()
+
+
+def test_a_bad_line_names_the_file_and_line(tmp_path, capsys):
+    dump = tmp_path / "bad.jsonl"
+    dump.write_text('{"kind": "run", "id": 1, "meta": {"kernel": "k"}, "started_at": "x"}\n')
+    assert main(["import", str(dump), "--db", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    assert f"{dump}:1: bad run line" in capsys.readouterr().err
+    dump.write_text('{"kind": "result", "run": 7, "result": {}}\n')
+    assert main(["import", str(dump), "--db", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    assert f"{dump}:1: a result before its run line" in capsys.readouterr().err
+    dump.write_text("not json\n")
+    assert main(["import", str(dump), "--db", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    assert f"{dump}:1: not JSON" in capsys.readouterr().err
+    assert os.path.exists(tmp_path / "x.db")
