@@ -130,6 +130,7 @@ def _draw(suite: SuiteSpec, geometry: Mapping[str, int]) -> _Draw:
     includes = []
     for inc in suite.includes:
         values = {d: inc.values.get(d, vals[0]) for d, vals in suite.dimensions.items()}
+        values |= {d: v for d, v in inc.values.items() if d not in values}  # late dimensions
         broken = next((r for r in rules if r.check(values) is not None), None)
         if broken is None:
             includes.append((inc, values))

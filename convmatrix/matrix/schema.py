@@ -47,7 +47,14 @@ from convmatrix.matrix.spec import (
 )
 from convmatrix.matrix.strategies import STRATEGIES
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS
-from convmatrix.matrix.values import DIMENSIONS, Dim, Value, dims_for, is_required
+from convmatrix.matrix.values import (
+    DIMENSIONS,
+    LATE_DIMENSIONS,
+    Dim,
+    Value,
+    dims_for,
+    is_required,
+)
 
 __all__ = ["parse_matrix"]
 
@@ -207,7 +214,7 @@ def _dimensions(node: YNode, op: str) -> tuple[dict[str, tuple[Value, ...]], tup
     skip = {"x_dtype", "w_dtype"} if "dtype" in node.value else {"dtype"}
     dims: dict[str, tuple[Value, ...]] = {}
     for dim in dims_for(op):
-        if dim.name in skip:
+        if dim.name in skip or (dim.name in LATE_DIMENSIONS and dim.name not in node.value):
             continue
         if dim.name in node.value:
             dims[dim.name] = _values(dim, node.value[dim.name])
@@ -224,11 +231,12 @@ def _checks(node: YNode) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_choice(item, "check", CHECKS) for item in items))
 
 
-def _include(node: YNode, dims: dict[str, tuple[Value, ...]]) -> IncludeSpec:
-    node.expect_map("an include entry").check_keys((*dims, "expect", "checks"))
+def _include(node: YNode, dims: dict[str, tuple[Value, ...]], op: str) -> IncludeSpec:
+    late = tuple(d.name for d in dims_for(op) if d.name in LATE_DIMENSIONS and d.name not in dims)
+    node.expect_map("an include entry").check_keys((*dims, *late, "expect", "checks"))
     values: dict[str, Value] = {}
     for key, vnode in node.items():
-        if key in dims:
+        if key in dims or key in late:
             label, data = DIMENSIONS[key].parse(vnode)
             values[key] = Value(key, label, data, vnode.mark, vnode.path)
     expect = _opt(node, "expect", lambda n: _choice(n, "expect", _EXPECT), None)
@@ -262,12 +270,12 @@ def _suite(name: str, node: YNode, default_seed: int) -> SuiteSpec:
     node.expect_map(f"suite {name!r}").check_keys(SUITE_KEYS, required=("op", "dimensions"))
     op = _choice(node.value["op"], "op", OPS)
     dims, declared = _dimensions(node.value["dimensions"], op)
-    includes = tuple(_include(entry, dims) for entry in _entries(node, "include"))
+    includes = tuple(_include(entry, dims, op) for entry in _entries(node, "include"))
     # Rules may name any value a case can take: declared ones and those only includes add.
     known: dict[str, list[str]] = {k: [v.label for v in vals] for k, vals in dims.items()}
     for inc in includes:
         for key, value in inc.values.items():
-            if value.label not in known[key]:
+            if value.label not in known.setdefault(key, []):
                 known[key].append(value.label)
     rules = [parse_exclude(e, known, i) for i, e in enumerate(_entries(node, "exclude"))]
     rules += [parse_constraint(e, known, i) for i, e in enumerate(_entries(node, "constraints"))]
