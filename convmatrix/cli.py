@@ -26,6 +26,7 @@ COMMANDS = {
     "plan": "rank tile sizes for an on-chip memory budget",
     "expand": "list the cases a matrix yields for a kernel",
     "run": "run a matrix against a kernel and record the results",
+    "adequacy": "measure a matrix: which seeded bugs its cases kill",
     "report": "write the HTML report of one run",
     "diff": "compare two runs (two kernel commits) case by case",
     "history": "error history of one dtype over the runs",

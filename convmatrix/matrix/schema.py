@@ -10,6 +10,7 @@ Top level::
     policy: {mode: threshold, factor: 2, floor: 1e-6, tau_scale: 1.0}
     timeout_s: 120               # per case
     timing: {warmup: 3, repeats: 10, budget_s: 2.0}
+    cases: [5904fa0c1d2e, ...]   # keep only these case ids (what adequacy --minimize writes)
     suites:
       NAME:
         op: fwd | fwd_bwd | update
@@ -40,6 +41,7 @@ from convmatrix.matrix.rules import parse_constraint, parse_exclude
 from convmatrix.matrix.source import YNode
 from convmatrix.matrix.spec import (
     DEFAULT_TIMEOUT_S,
+    CaseRef,
     IncludeSpec,
     MatrixSpec,
     SuiteSpec,
@@ -67,6 +69,7 @@ TOP_KEYS = (
     "policy",
     "timeout_s",
     "timing",
+    "cases",
     "suites",
 )
 SUITE_KEYS = (
@@ -87,6 +90,7 @@ _TIMEOUT = DEFAULT_TIMEOUT_S
 POLICY_MODES = tuple(RULES)  # the verdict's rules, by name
 T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_CASE_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 # -- scalars -------------------------------------------------------------------------------
@@ -326,7 +330,23 @@ def parse_matrix(root: YNode, *, name: str, path: str, content_hash: str) -> Mat
         timeout_s=_opt(root, "timeout_s", lambda n: _number(n, "timeout_s", True), _TIMEOUT),
         timing=_timing(root.get("timing"), timed),
         mark=root.mark,
+        cases=_opt(root, "cases", _case_refs, ()),
     )
+
+
+def _case_refs(node: YNode) -> tuple[CaseRef, ...]:
+    """``cases: [id, ...]``: 12-hex-digit case ids, each once."""
+    refs: dict[str, CaseRef] = {}
+    for item in node.expect_list("cases").value:
+        text = str(item.value)
+        if not _CASE_ID.match(text):
+            raise item.error(f"a case id is 12 lowercase hex digits, got {item.value!r}")
+        if text in refs:
+            raise item.error(f"case id {text} listed twice (also at line {refs[text].mark.line})")
+        refs[text] = CaseRef(text, item.mark, item.path)
+    if not refs:
+        raise node.error("cases: list at least one case id, or drop the key")
+    return tuple(refs.values())
 
 
 def _name(node: YNode) -> str:

@@ -78,6 +78,15 @@ class SuiteSpec:
 
 
 @dataclass(frozen=True)
+class CaseRef:
+    """One entry of the top-level ``cases:`` list: a case id the matrix keeps, and where."""
+
+    id: str
+    mark: Mark
+    path: str
+
+
+@dataclass(frozen=True)
 class MatrixSpec:
     name: str
     path: str
@@ -91,6 +100,8 @@ class MatrixSpec:
     timeout_s: float
     timing: TimingSettings
     mark: Mark
+    # ``cases: [id, ...]``: keep only these cases of the expansion (empty: all of them).
+    cases: tuple[CaseRef, ...] = ()
 
     def suite(self, name: str) -> SuiteSpec:
         for suite in self.suites:
