@@ -99,7 +99,9 @@ def _base_geometry(base: str) -> str | None:
 
     kernel = load(base)
     if not isinstance(kernel, TiledKernel) or isinstance(kernel, SeededKernel):
-        raise UsageError(f"--base {base!r}: the seeded bugs are variants of tiled; give a tiled kernel")
+        raise UsageError(
+            f"--base {base!r}: the seeded bugs are variants of tiled; give a tiled kernel"
+        )
     g = kernel.geometry
     if g == DEFAULT_GEOMETRY:
         return None

@@ -160,13 +160,14 @@ def build_adequacy_view(
                 suites=sorted({k.suite for k in kills}),
             )
         )
+    n_killers = {row.name: len(row.kills) for row in rows}
     cases = [
         CaseRow(
             case_id=r.case.id,
             case=r.case.pytest_id,
             suite=r.case.suite,
             kills=killers[r.case.id],
-            unique=killers[r.case.id] if len(killers[r.case.id]) == 1 else [],
+            unique=[bug for bug in killers[r.case.id] if n_killers[bug] == 1],
             seconds=r.duration_s,
         )
         for r in base_results
