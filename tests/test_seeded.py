@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+import test_browser
 import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -32,6 +33,7 @@ from convmatrix.reports.adequacy import CaseRow, minimize
 from convmatrix.runners.execute import Context, run_case
 
 BASE = Context(kernel=TiledKernel())
+browser, open_page = test_browser.browser, test_browser.open_page  # the Chromium fixtures
 
 # The bug classes issue 13 names, each with the seeded kernel that carries it.
 REQUIRED = (
@@ -265,3 +267,26 @@ def test_base_case_defaults():
     case = base_case({"final_state": True})
     assert isinstance(case, Case) and case.dfinal == "zero" and case.op == "fwd_bwd"
     assert base_case({"op": "update"}).tokens == 1
+
+
+@pytest.mark.browser
+def test_adequacy_report_in_chromium(tmp_path, open_page):
+    """The kill matrix page in headless Chromium: the numbers of its JSON, sorting works,
+    no console error and no request but the page itself."""
+    code, view = _adequacy(tmp_path, _matrix(tmp_path), "--minimize")
+    assert code == 1
+    opened = open_page(tmp_path / "out" / "adequacy-tiny.html")
+    page = opened.page
+    assert page.inner_text("#verdict") == f"{view['killed']}/{view['total']} killed"
+    assert float(page.get_attribute("#score", "data-value")) == view["score"]
+    assert page.locator("#survivors tbody tr").count() == len(view["survivors"]) == 1
+    assert page.locator("#kill-matrix tbody tr").count() == len(view["bugs"])
+    assert page.inner_text('[data-count="minimized"]') == str(view["minimized"]["cases"])
+    table = "#kill-matrix table"
+    page.click(f"{table} thead th:nth-child(6)")
+    cells = page.eval_on_selector_all(
+        f"{table} tbody td:nth-child(6)", "cells => cells.map(c => c.getAttribute('data-value'))"
+    )
+    kills = [float(v) for v in cells]
+    assert kills == sorted(kills)
+    opened.assert_clean()
