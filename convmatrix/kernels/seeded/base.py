@@ -86,21 +86,18 @@ class Call:
         return dataclasses.replace(self, **changes)
 
 
+def _operands(call: Call) -> tuple[Any, ...]:
+    """(x, weight, bias, initial_state, seq_idx, silu): what the tile loops take first."""
+    return (call.x, call.weight, call.bias, call.initial_state, call.seq_idx, call.silu)
+
+
 class SeededFunction(torch.autograd.Function):
     """``TiledFunction`` with the kernel's hooks around the forward and the backward."""
 
     @staticmethod
     def forward(ctx, kernel, call, x, weight, bias, initial_state):  # type: ignore[override]
         used = kernel.mutate_inputs(call)
-        y, final = tiled_forward(
-            used.x,
-            used.weight,
-            used.bias,
-            used.initial_state,
-            used.seq_idx,
-            used.silu,
-            kernel.geometry,
-        )
+        y, final = kernel.forward_of(used)
         y, final = kernel.mutate_outputs(used, y, final)
         ctx.kernel, ctx.call = kernel, call
         return y, final
@@ -153,30 +150,11 @@ class SeededKernel(TiledKernel):
         self, call: Call, grad_y: torch.Tensor, grad_final: torch.Tensor | None
     ) -> Gradients:
         """The tiled backward of ``call`` (hooks may call it again on altered arguments)."""
-        return tiled_backward(
-            call.x,
-            call.weight,
-            call.bias,
-            call.initial_state,
-            call.seq_idx,
-            call.silu,
-            self.geometry,
-            grad_y,
-            grad_final,
-            self.silu_grad,
-        )
+        return tiled_backward(*_operands(call), self.geometry, grad_y, grad_final, self.silu_grad)
 
     def forward_of(self, call: Call) -> tuple[torch.Tensor, torch.Tensor]:
         """The correct tiled forward of ``call`` (for hooks that recompute part of y)."""
-        return tiled_forward(
-            call.x,
-            call.weight,
-            call.bias,
-            call.initial_state,
-            call.seq_idx,
-            call.silu,
-            self.geometry,
-        )
+        return tiled_forward(*_operands(call), self.geometry)
 
     def forward(
         self,
