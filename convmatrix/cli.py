@@ -27,6 +27,7 @@ COMMANDS = {
     "plan": "rank tile sizes for an on-chip memory budget",
     "expand": "list the cases a matrix yields for a kernel",
     "run": "run a matrix against a kernel and record the results",
+    "adequacy": "measure a matrix: which seeded bugs its cases kill",
     "confirm": "rerun a run's failing and regressed cases: confirmed or flaky",
     "regressions": "list, scan and update the regressions of the recorded runs",
     "report": "write the HTML report of one run",

@@ -1,4 +1,6 @@
-"""``convmatrix kernels``: every registered kernel and whether it can run here."""
+"""``convmatrix kernels [--seeded]``: every registered kernel and whether it can run here;
+``--seeded`` adds the seeded-bug kernels (``seeded:NAME``, docs/adequacy.md) with their bug
+class, the docs/spec.md §3 dimension meant to catch each, and where the bug comes from."""
 
 from __future__ import annotations
 
@@ -7,13 +9,23 @@ import argparse
 from convmatrix.kernels.registry import list_kernels
 
 
-def list_kernels_command() -> int:
-    infos = list_kernels()
+def list_kernels_command(seeded: bool = False) -> int:
+    infos = list_kernels(seeded=seeded)
     width = max(len(i.name) for i in infos)
     for info in infos:
         print(f"{info.name:<{width}}  {info.status}  ({info.target})")
+    if seeded:
+        from convmatrix.kernels.seeded import CATALOGUE
+
+        print(f"\n{len(CATALOGUE)} seeded bugs:")
+        for name, cls in CATALOGUE.items():
+            bug = cls.bug
+            print(f"  {name:<{width}}  {bug.dimension:<11}  {bug.bug_class}  [{bug.source}]")
     return 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.set_defaults(handler=lambda args: list_kernels_command())
+    parser.add_argument(
+        "--seeded", action="store_true", help="also list the seeded-bug kernels (seeded:NAME)"
+    )
+    parser.set_defaults(handler=lambda args: list_kernels_command(args.seeded))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from convmatrix.core.dtypes import short_name
 
-__all__ = ["CHECKS", "GAPS", "OPS", "Case"]
+__all__ = ["CHECKS", "GAPS", "GRAD_LAYOUTS", "OPS", "Case"]
 
 OPS = ("fwd", "fwd_bwd", "update")
 # Gapped (legal strided) views of a larger buffer:
@@ -22,11 +22,18 @@ OPS = ("fwd", "fwd_bwd", "update")
 #   row_pad       - the innermost rows of the storage are padded (stride > extent);
 #   batch_pad     - the batch stride is padded.
 GAPS = ("channel_slice", "row_pad", "batch_pad")
+# Layouts of the upstream gradient dy (fwd_bwd): a channel slice of a wider token-major
+# gradient (the split of a fused projection's gradient, fla PR #871) or the stride-0 dy of
+# ``y.sum().backward()``.
+GRAD_LAYOUTS = ("gapped", "expanded")
 # Property checks a case may ask for besides the numeric comparison (docs/spec.md §3).
 CHECKS = ("causality", "packed_isolation", "chunk_consistency")
 
 # Fields that are not part of a case's identity.
 _NOT_IDENTITY = frozenset({"id", "checks", "timed", "expect_reason"})
+# Fields added after ids were published: part of the identity only when set, so every case
+# that does not use them keeps the id it always had.
+_LATE = ("grad_layout",)
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class Case:
     state_len: int | None = None
     circular: bool | None = None
     slots: str | None = None
+    grad_layout: str | None = None  # None: dense dy; "gapped" | "expanded" (GRAD_LAYOUTS)
     expect: str = "ok"
     expect_reason: str | None = None
     checks: tuple[str, ...] = ()
@@ -78,6 +86,9 @@ class Case:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_IDENTITY}
         if data["seq_lens"] is not None:
             data["seq_lens"] = list(data["seq_lens"])
+        for late in _LATE:
+            if data[late] is None:
+                del data[late]
         return dict(sorted(data.items()))
 
     def stable_id(self) -> str:
@@ -110,6 +121,8 @@ class Case:
             parts.append("ring")
         if self.slots and self.slots != "identity":
             parts.append(self.slots.replace("_", ""))
+        if self.grad_layout:
+            parts.append(f"dy{self.grad_layout}")
         if self.expect == "error":
             parts.append("xerr")
         return "-".join(parts) + f"-{self.id[:6]}"

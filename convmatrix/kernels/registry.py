@@ -105,8 +105,19 @@ def _import_attr(target: str, spec: str) -> Any:
     return obj
 
 
+SEEDED_PREFIX = "seeded:"
+
+
 def load(spec: str) -> Kernel:
-    """A kernel from a registered name or ``package.module:attr`` (object, class or factory)."""
+    """A kernel from a registered name, ``seeded:NAME`` (a seeded-bug kernel of
+    ``convmatrix.kernels.seeded``) or ``package.module:attr`` (object, class or factory)."""
+    if spec.startswith(SEEDED_PREFIX):
+        from convmatrix.kernels import seeded
+
+        try:
+            return seeded.load(spec)
+        except Exception as exc:
+            raise KernelSpecError(str(exc)) from None
     registered = _registered()
     if spec in registered:
         return _instantiate(_import_attr(registered[spec], spec), spec)
@@ -125,10 +136,19 @@ class KernelInfo:
     status: str  # "available" or "unavailable: <reason>"
 
 
-def list_kernels() -> list[KernelInfo]:
-    """Every registered kernel with its availability on this machine."""
+def list_kernels(seeded: bool = False) -> list[KernelInfo]:
+    """Every registered kernel with its availability on this machine; with ``seeded`` the
+    seeded-bug kernels too (``seeded:NAME``)."""
     infos = []
-    for name, target in sorted(_registered().items()):
+    targets = sorted(_registered().items())
+    if seeded:
+        from convmatrix.kernels.seeded import CATALOGUE
+
+        targets += [
+            (SEEDED_PREFIX + name, f"{cls.__module__}:{cls.__name__}")
+            for name, cls in CATALOGUE.items()
+        ]
+    for name, target in targets:
         try:
             reason = load(name).availability()
         except Exception as exc:  # a broken plugin must not hide the others

@@ -168,6 +168,8 @@ def update_via_forward(
     activation: str | None,
     cache_seqlens: torch.Tensor | None,
     state_indices: torch.Tensor | None,
+    read: Callable[..., torch.Tensor] = decode_prefix,
+    write: Callable[..., torch.Tensor] = write_decode_state,
 ) -> torch.Tensor:
     """A decode update expressed as a forward over the new tokens with the history as state.
 
@@ -185,8 +187,8 @@ def update_via_forward(
         return y
     state = conv_state.index_select(0, pool)
     seqlens = None if cache_seqlens is None else cache_seqlens.to(x.device)[live]
-    prefix = decode_prefix(state, width, seqlens).to(x.dtype)
+    prefix = read(state, width, seqlens).to(x.dtype)
     xl = x.index_select(0, live)
     y[live] = forward(xl, weight, bias, prefix, activation).to(y.dtype)
-    conv_state.index_copy_(0, pool, write_decode_state(state, xl, seqlens))
+    conv_state.index_copy_(0, pool, write(state, xl, seqlens))
     return y

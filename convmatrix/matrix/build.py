@@ -86,6 +86,9 @@ def build_case(
             "dfinal": values["dfinal"].data if suite.op == "fwd_bwd" and final else None,
             "seq_lens": resolve_packing(packing, {**env, "L": seqlen}) if packing else None,
         }
+        if suite.op == "fwd_bwd":
+            late = values.get("grad_layout")  # a late dimension: only where declared or set
+            fields["grad_layout"] = None if late is None else late.data
     case = Case(**fields)  # type: ignore[arg-type]
     _check_size(suite, values, case)
     wanted = suite.checks if checks is None else checks

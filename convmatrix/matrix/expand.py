@@ -131,6 +131,7 @@ def _draw(suite: SuiteSpec, geometry: Mapping[str, int]) -> _Draw:
     includes = []
     for inc in suite.includes:
         values = {d: inc.values.get(d, vals[0]) for d, vals in suite.dimensions.items()}
+        values |= {d: v for d, v in inc.values.items() if d not in values}  # late dimensions
         broken = next((r for r in rules if r.check(values) is not None), None)
         if broken is None:
             includes.append((inc, values))
@@ -233,6 +234,20 @@ def _classify(case: Case, kernel: DeclaredKernel | None) -> Case:
     return dataclasses.replace(case, expect="error", expect_reason=reason, id=case.id)
 
 
+def _keep_listed(spec: MatrixSpec, suites: list[SuiteExpansion], source: str) -> None:
+    """Apply the top-level ``cases:`` list: keep those cases (in expansion order), each of
+    which must be a case of the matrix."""
+    wanted = {ref.id for ref in spec.cases}
+    found = {case.id for s in suites for case in s.cases}
+    for ref in spec.cases:
+        if ref.id not in found:
+            raise MatrixError(
+                ref.mark, ref.path, f"case {ref.id} is not a case of this matrix for {source}"
+            )
+    for s in suites:
+        s.cases = [case for case in s.cases if case.id in wanted]
+
+
 def expand_matrix(spec: MatrixSpec, kernel: DeclaredKernel | None = None) -> Expansion:
     """All cases of ``spec`` for ``kernel`` (None: symbols from the matrix's ``geometry:``
     only), suites in file order, deterministic."""
@@ -240,6 +255,8 @@ def expand_matrix(spec: MatrixSpec, kernel: DeclaredKernel | None = None) -> Exp
     geometry = {**spec.geometry, **declared}
     source = f"kernel {kernel.name!r}" if kernel is not None else "no kernel given and the matrix"
     suites = [_expand_suite(s, geometry, spec.geometry, kernel, source) for s in spec.suites]
+    if spec.cases:
+        _keep_listed(spec, suites, source)
     return Expansion(
         matrix=spec,
         cases=[c for s in suites for c in s.cases],

@@ -12,6 +12,7 @@ Top level::
     timeout_s: 120               # per case
     memory_budget_mb: 8192       # peak memory one case may add (over: the case fails)
     timing: {warmup: 3, repeats: 10, budget_s: 2.0}
+    cases: [5904fa0c1d2e, ...]   # keep only these case ids (what adequacy --minimize writes)
     suites:
       NAME:
         op: fwd | fwd_bwd | update
@@ -45,6 +46,7 @@ from convmatrix.matrix.source import YNode
 from convmatrix.matrix.spec import (
     DEFAULT_MEMORY_BUDGET_MB,
     DEFAULT_TIMEOUT_S,
+    CaseRef,
     IncludeSpec,
     MatrixSpec,
     SuiteSpec,
@@ -52,7 +54,15 @@ from convmatrix.matrix.spec import (
 )
 from convmatrix.matrix.strategies import STRATEGIES
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS
-from convmatrix.matrix.values import DIMENSIONS, Dim, Value, check_int, dims_for, is_required
+from convmatrix.matrix.values import (
+    DIMENSIONS,
+    LATE_DIMENSIONS,
+    Dim,
+    Value,
+    check_int,
+    dims_for,
+    is_required,
+)
 
 __all__ = ["parse_matrix"]
 
@@ -66,6 +76,7 @@ TOP_KEYS = (
     "timeout_s",
     "memory_budget_mb",
     "timing",
+    "cases",
     "suites",
 )
 SUITE_KEYS = (
@@ -86,6 +97,7 @@ _TIMEOUT = DEFAULT_TIMEOUT_S
 POLICY_MODES = tuple(RULES)  # the verdict's rules, by name
 T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_CASE_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 # -- scalars -------------------------------------------------------------------------------
@@ -220,7 +232,7 @@ def _dimensions(node: YNode, op: str) -> tuple[dict[str, tuple[Value, ...]], tup
     skip = {"x_dtype", "w_dtype"} if "dtype" in node.value else {"dtype"}
     dims: dict[str, tuple[Value, ...]] = {}
     for dim in dims_for(op):
-        if dim.name in skip:
+        if dim.name in skip or (dim.name in LATE_DIMENSIONS and dim.name not in node.value):
             continue
         if dim.name in node.value:
             dims[dim.name] = _values(dim, node.value[dim.name])
@@ -237,11 +249,12 @@ def _checks(node: YNode) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_choice(item, "check", CHECKS) for item in items))
 
 
-def _include(node: YNode, dims: dict[str, tuple[Value, ...]]) -> IncludeSpec:
-    node.expect_map("an include entry").check_keys((*dims, "expect", "checks"))
+def _include(node: YNode, dims: dict[str, tuple[Value, ...]], op: str) -> IncludeSpec:
+    late = tuple(d.name for d in dims_for(op) if d.name in LATE_DIMENSIONS and d.name not in dims)
+    node.expect_map("an include entry").check_keys((*dims, *late, "expect", "checks"))
     values: dict[str, Value] = {}
     for key, vnode in node.items():
-        if key in dims:
+        if key in dims or key in late:
             label, data = DIMENSIONS[key].parse(vnode)
             values[key] = Value(key, label, data, vnode.mark, vnode.path)
     expect = _opt(node, "expect", lambda n: _choice(n, "expect", _EXPECT), None)
@@ -275,12 +288,12 @@ def _suite(name: str, node: YNode, default_seed: int) -> SuiteSpec:
     node.expect_map(f"suite {name!r}").check_keys(SUITE_KEYS, required=("op", "dimensions"))
     op = _choice(node.value["op"], "op", OPS)
     dims, declared = _dimensions(node.value["dimensions"], op)
-    includes = tuple(_include(entry, dims) for entry in _entries(node, "include"))
+    includes = tuple(_include(entry, dims, op) for entry in _entries(node, "include"))
     # Rules may name any value a case can take: declared ones and those only includes add.
     known: dict[str, list[str]] = {k: [v.label for v in vals] for k, vals in dims.items()}
     for inc in includes:
         for key, value in inc.values.items():
-            if value.label not in known[key]:
+            if value.label not in known.setdefault(key, []):
                 known[key].append(value.label)
     rules = [parse_exclude(e, known, i) for i, e in enumerate(_entries(node, "exclude"))]
     rules += [parse_constraint(e, known, i) for i, e in enumerate(_entries(node, "constraints"))]
@@ -337,7 +350,23 @@ def parse_matrix(root: YNode, *, name: str, path: str, content_hash: str) -> Mat
         ),
         timing=_timing(root.get("timing"), timed),
         mark=root.mark,
+        cases=_opt(root, "cases", _case_refs, ()),
     )
+
+
+def _case_refs(node: YNode) -> tuple[CaseRef, ...]:
+    """``cases: [id, ...]``: 12-hex-digit case ids, each once."""
+    refs: dict[str, CaseRef] = {}
+    for item in node.expect_list("cases").value:
+        text = str(item.value)
+        if not _CASE_ID.match(text):
+            raise item.error(f"a case id is 12 lowercase hex digits, got {item.value!r}")
+        if text in refs:
+            raise item.error(f"case id {text} listed twice (also at line {refs[text].mark.line})")
+        refs[text] = CaseRef(text, item.mark, item.path)
+    if not refs:
+        raise node.error("cases: list at least one case id, or drop the key")
+    return tuple(refs.values())
 
 
 def _name(node: YNode) -> str:

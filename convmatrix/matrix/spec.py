@@ -79,6 +79,15 @@ class SuiteSpec:
 
 
 @dataclass(frozen=True)
+class CaseRef:
+    """One entry of the top-level ``cases:`` list: a case id the matrix keeps, and where."""
+
+    id: str
+    mark: Mark
+    path: str
+
+
+@dataclass(frozen=True)
 class MatrixSpec:
     name: str
     path: str
@@ -93,6 +102,8 @@ class MatrixSpec:
     timing: TimingSettings
     mark: Mark
     memory_budget_mb: float = DEFAULT_MEMORY_BUDGET_MB
+    # ``cases: [id, ...]``: keep only these cases of the expansion (empty: all of them).
+    cases: tuple[CaseRef, ...] = ()
 
     def suite(self, name: str) -> SuiteSpec:
         for suite in self.suites:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from convmatrix.core.case import GAPS
+from convmatrix.core.case import GAPS, GRAD_LAYOUTS
 from convmatrix.core.dtypes import ALIASES, CASE_DTYPES
 from convmatrix.matrix.errors import Mark, MatrixError, did_you_mean
 from convmatrix.matrix.source import YNode
@@ -22,6 +22,7 @@ from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS, Expr, parse_expr
 __all__ = [
     "DIMENSIONS",
     "DTYPE_ALIASES",
+    "LATE_DIMENSIONS",
     "MAX_INT",
     "Dim",
     "Packing",
@@ -217,8 +218,21 @@ DIMENSIONS: Mapping[str, Dim] = {
             None,
             "state_indices mapping",
         ),
+        Dim(
+            "grad_layout",
+            _choice(*GRAD_LAYOUTS, nullable=True),
+            frozenset({"fwd_bwd"}),
+            None,
+            "layout of the upstream gradient dy: dense, gapped or expanded (stride 0)",
+        ),
     )
 }
+
+
+# Dimensions added after matrices were published: a suite has them only where it declares
+# them (or an include entry sets them), so the strategies draw, and the ids they give, stay
+# exactly what they were for every suite that does not.
+LATE_DIMENSIONS = frozenset({"grad_layout"})
 
 
 def dims_for(op: str) -> list[Dim]:

@@ -163,6 +163,9 @@ class ForwardInputs:
     seq_idx: torch.Tensor | None
     g: torch.Tensor | None
     q: torch.Tensor | None
+    # dy as handed to the kernel when ``case.grad_layout`` asks for a non-dense one (on the
+    # device; a gapped view has NaN gaps); None: ``g`` itself (dense).
+    g_view: torch.Tensor | None = None
 
     def guarded(self) -> list[Guarded]:
         return [t for t in (self.x, self.weight, self.bias, self.initial_state) if t is not None]
@@ -196,14 +199,20 @@ def build_forward(case: Case, device: torch.device | str = "cpu") -> ForwardInpu
     # Dao's channel-last kernels want the state in the same layout as x.
     init = None if state is None else place("initial_state", state.to(xdt), device, case.layout)
     seq_idx = None if case.seq_lens is None else seq_idx_for(case.seq_lens, case.batch).to(device)
-    g = q = None
+    g = q = g_view = None
     if case.op == "fwd_bwd":
         g = _randn(case, "g", shape).to(xdt)
+        if case.grad_layout == "expanded":  # y.sum().backward(): one value, all strides 0
+            g = g[:1, :1, :1].expand(shape)
+            g_view = g[:1, :1, :1].to(device).expand(shape)
+        elif case.grad_layout == "gapped":
+            # a fused projection's gradient split along channels, token-major (B, L, 3C)
+            g_view = place("g", g, device, "channel_last", "channel_slice").view
         if case.final_state:
             q = _randn(case, "q", state_shape).to(xdt)
             if case.dfinal != "random":
                 q = torch.zeros_like(q)
-    return ForwardInputs(x, weight, bias, init, seq_idx, g, q)
+    return ForwardInputs(x, weight, bias, init, seq_idx, g, q, g_view)
 
 
 @dataclass

@@ -162,7 +162,8 @@ def _forward_outputs(kernel: Any, case: Case, fi: ForwardInputs) -> dict[str, to
         if final is not None:
             out["F"] = final
         if backward:
-            out.update(grads([y, final], [fi.g, fi.q], params))
+            dy = fi.g if fi.g_view is None else fi.g_view
+            out.update(grads([y, final], [dy, fi.q], params))
     return {k: v.detach() for k, v in out.items()}
 
 

@@ -18,6 +18,8 @@ tile) task owning tokens ``[t0, t0+T)``:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from convmatrix.core.contract import Geometry
@@ -75,11 +77,15 @@ def tiled_backward(
     geometry: Geometry,
     grad_y: torch.Tensor,
     grad_final: torch.Tensor | None,
+    silu_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> Gradients:
-    """(dx, dweight, dbias, dinitial_state) in the dtypes of x, weight, bias and the state."""
+    """(dx, dweight, dbias, dinitial_state) in the dtypes of x, weight, bias and the state.
+    ``silu_grad`` replaces SiLU's derivative (seeded-bug kernels inject a wrong one)."""
     ops = prepare(x, weight, bias, initial_state, seq_idx, geometry)
     dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-    return backward_tiles(ops, dtypes, initial_state, silu, geometry, grad_y, grad_final)
+    return backward_tiles(
+        ops, dtypes, initial_state, silu, geometry, grad_y, grad_final, silu_grad or _silu_grad
+    )
 
 
 def backward_tiles(
@@ -90,6 +96,7 @@ def backward_tiles(
     geometry: Geometry,
     grad_y: torch.Tensor,
     grad_final: torch.Tensor | None,
+    silu_grad: Callable[[torch.Tensor], torch.Tensor] = _silu_grad,
 ) -> Gradients:
     """The tile loop and both reduction stages of ``tiled_backward`` on prepared operands;
     ``dtypes`` are those of (x, weight, bias). The workspace zeroing and the second stage are
@@ -114,7 +121,7 @@ def backward_tiles(
         local_x = plan.load(ops.inputs, t0 - halo, t0 + tile + halo).tile  # T+2K-2
         local_g = plan.load(grad_parts, t0, t0 + tile + halo).tile  # T+K-1
         z = accumulate_taps(ops, local_x, t0, tile + halo)
-        dz = local_g * _silu_grad(z) if silu else local_g
+        dz = local_g * silu_grad(z) if silu else local_g
         if ops.live is not None:
             dz = dz * plan.per_token(token_window(ops.live, t0, t0 + tile + halo))
         masks = None if ops.masks is None else token_window(ops.masks, t0, t0 + tile + halo)

@@ -17,7 +17,12 @@ import torch
 
 from convmatrix.kernels.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.protocol import Capabilities, Geometry, KernelBase
-from convmatrix.kernels.semantics import check_forward_args, update_via_forward
+from convmatrix.kernels.semantics import (
+    check_forward_args,
+    decode_prefix,
+    update_via_forward,
+    write_decode_state,
+)
 from convmatrix.kernels.tiled.backward import backward_tiles, tiled_backward
 from convmatrix.kernels.tiled.forward import forward_tiles, prepare, tiled_forward
 from convmatrix.kernels.tiled.geometry import DEFAULT_GEOMETRY, geometry_from_env, make_geometry
@@ -108,13 +113,28 @@ class TiledKernel(KernelBase):
         the left halo of one tiled forward over the new tokens; the state is then written
         in place: shifted, or the ring columns ``(cache_seqlens + t) % S``."""
 
-        def forward(xl, w, b, history, act):
-            return tiled_forward(xl, w, b, history, None, act in _SILU, self.geometry)[0]
-
         with torch.no_grad():
             return update_via_forward(
-                forward, x, conv_state, weight, bias, activation, cache_seqlens, state_indices
+                self.update_forward,
+                x,
+                conv_state,
+                weight,
+                bias,
+                activation,
+                cache_seqlens,
+                state_indices,
+                read=self.read_history,
+                write=self.write_history,
             )
+
+    # The update's three steps, methods so that a variant (the seeded-bug kernels of
+    # ``convmatrix.kernels.seeded``) can replace one of them.
+    read_history = staticmethod(decode_prefix)
+    write_history = staticmethod(write_decode_state)
+
+    def update_forward(self, xl, w, b, history, act):  # type: ignore[no-untyped-def]
+        """The forward over the new tokens with ``history`` (K-1 newest cached) as the state."""
+        return tiled_forward(xl, w, b, history, None, act in _SILU, self.geometry)[0]
 
     def core_call(self, args: CoreArgs) -> CoreCall:
         """The tile loops alone (``convmatrix.kernels.corecall``): ``prepare`` (FP32 weights
