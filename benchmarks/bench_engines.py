@@ -13,23 +13,15 @@ machine's other load falls on both; the best of each is kept and Ray / xdist is 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-import time
+
+import bench_scaling  # a sibling script (benchmarks/ is sys.path[0] when run as above)
 
 ENGINES = ("xdist", "ray")
 
 
 def timed_run(engine: str, matrix: str, kernel: str, workers: int, case: str | None) -> float:
-    cmd = [sys.executable, "-m", "convmatrix", "run", "--matrix", matrix, "--kernel", kernel]
-    cmd += ["-n", str(workers), "--no-db", "--engine", engine]
-    cmd += ["--case", case] if case else []
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return elapsed
+    extra = ["--engine", engine, *(["--case", case] if case else [])]
+    return bench_scaling.timed_run(matrix, kernel, workers, *extra)
 
 
 def main() -> None:

@@ -25,14 +25,16 @@ HERE = Path(__file__).resolve().parent
 TARGET = 1.7
 
 
-def timed_run(matrix: str, kernel: str, workers: int) -> float:
+def timed_run(matrix: str, kernel: str, workers: int, *extra: str) -> float:
+    """Wall seconds of one whole ``convmatrix run --no-db`` in a fresh process (start-up
+    included); ``extra`` arguments go to ``run``. bench_engines uses it too."""
     cmd = [sys.executable, "-m", "convmatrix", "run", "--matrix", matrix, "--kernel", kernel]
-    cmd += ["-n", str(workers), "--no-db"]
+    cmd += ["-n", str(workers), "--no-db", *extra]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
-        sys.exit(f"convmatrix run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return elapsed
 
 
