@@ -119,6 +119,8 @@ class CaseResult:
         return self
 
     def to_json(self) -> dict[str, Any]:
+        """Plain data to send between processes: sanitised here, on the way out, so
+        ``from_json`` reads text that is already safe."""
         self.sanitised()
         data = asdict(self)
         data["case"] = self.case.to_json()
@@ -140,7 +142,7 @@ class CaseResult:
             device_index=data.get("device_index"),
             retries=data.get("retries", 0),
             retry_reason=data.get("retry_reason"),
-        ).sanitised()
+        )
 
 
 def _record(cls: type, data: dict[str, Any]) -> Any:
