@@ -1,14 +1,16 @@
 """Verdicts that follow the arithmetic: false alarms of honest kernels, detection of defects.
 
     python benchmarks/bench_bounds.py [--matrices production nightly dao-parity]
-        [--kernels torch tiled reference] [--defects] [--sample N] [--workers 2]
+        [--kernels torch tiled reference] [--defects] [--sample N] [--workers 2] [--out FILE]
 
 Each case is run once (``runners.execute.run_case`` under the default ``bound`` policy, the
 torch path beside it) and judged afterwards under every policy from what the run records:
 ``bound`` (bound usage <= safety), ``threshold`` (the rows' usage <= 1), ``old_threshold``
 (the rows as judged before the bound model: dw/db by the coarser of the x and weight dtype),
 ``framework`` (e_rel and e_norm <= factor x the torch path's + floor) and
-``threshold_or_framework``. A failing
+``threshold_or_framework``. Several kernels run case by case and share the torch path's
+outputs (``CaseMemo``). ``--out FILE`` appends one JSON line per (kernel, case) as jobs end
+and skips the cases FILE holds: a grid that takes hours survives an interruption. A failing
 property check (causality, packed isolation, chunk consistency, guards) fails the case under
 every policy: those checks do not depend on the policy's rows. ``--sample N`` takes every
 k-th case so that about N are run (say so when you quote the figure). ``--defects`` runs the
@@ -18,11 +20,14 @@ precision-defect kernels of ``convmatrix.kernels.defects`` instead of the honest
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import math
 import os
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 POLICIES = ("bound", "threshold", "old_threshold", "framework", "threshold_or_framework")
@@ -68,61 +73,112 @@ def verdicts(result: Any) -> dict[str, bool]:
     }
 
 
-def _run(job: tuple[str, str, list[str]]) -> list[tuple[str, dict[str, bool], dict[str, float]]]:
+def _cost(case: Any) -> int:
+    """Elements a case moves: what its time grows with (biggest first balances the pool)."""
+    length = case.seqlen or (case.tokens or 1) * (case.steps or 1)
+    return case.batch * case.dim * length
+
+
+def _run(job: tuple[str, list[str], list[str]]) -> list[dict[str, Any]]:
+    """Every kernel on every case of the job, case by case: the kernels share the case's
+    reference and torch path (``CaseMemo``)."""
     import torch
 
     torch.set_num_threads(1)
     from convmatrix.kernels.registry import load
-    from convmatrix.runners.execute import Context, run_case
+    from convmatrix.runners.execute import CaseMemo, Context, run_case
     from convmatrix.runners.workload import load_workload
 
-    matrix, spec, ids = job
-    kernel = load(spec)
-    wanted = set(ids)
-    cases = [c for c in load_workload(matrix, kernel).cases if c.id in wanted]
-    ctx = Context(kernel)
-    out = []
-    for case in cases:
-        r = run_case(case, ctx)
-        usage = {o.output: o.bound_usage or 0.0 for o in r.outputs}
-        out.append((r.outcome, verdicts(r), usage))
-    return out
+    matrix, specs, ids = job
+    memo = CaseMemo()
+    contexts = [Context(load(spec), memo=memo) for spec in specs]
+    by_id = {c.id: c for c in load_workload(matrix, contexts[0].kernel).cases}
+    rows = []
+    for case_id in ids:
+        for spec, ctx in zip(specs, contexts, strict=True):
+            r = run_case(by_id[case_id], ctx)
+            rows.append(
+                {
+                    "matrix": matrix,
+                    "kernel": spec,
+                    "case": case_id,
+                    "outcome": r.outcome,
+                    "verdicts": verdicts(r),
+                    "usage": {o.output: o.bound_usage or 0.0 for o in r.outputs},
+                    "seconds": r.duration_s,
+                }
+            )
+    return rows
 
 
-def measure(matrix: str, spec: str, sample: int | None, workers: int) -> dict[str, Any]:
+def measure(
+    matrix: str, specs: list[str], sample: int | None, workers: int, out: Path | None
+) -> list[dict[str, Any]]:
+    """One row per (kernel, case); with ``out``, rows are appended as jobs finish and the
+    cases it already holds are not run again (a long grid survives an interruption)."""
     from convmatrix.kernels.registry import load
     from convmatrix.runners.workload import load_workload
 
-    cases = [c for c in load_workload(matrix, load(spec)).cases if c.expect != "error"]
-    total = len(cases)
-    if sample and total > sample:
-        step = math.ceil(total / sample)
-        cases = cases[::step]
-    ids = [c.id for c in cases]
-    chunks = [ids[i :: workers * 4] for i in range(workers * 4)]
+    cases = [c for c in load_workload(matrix, load(specs[0])).cases if c.expect != "error"]
+    if sample and len(cases) > sample:
+        cases = cases[:: math.ceil(len(cases) / sample)]
+    wanted = {c.id for c in cases}
+    rows = [r for r in _saved(out) if r["matrix"] == matrix and r["case"] in wanted]
+    done = Counter(r["case"] for r in rows if r["kernel"] in specs)
+    # Cheapest first: wherever the run stops, every case below some size has run.
+    todo = sorted((c for c in cases if done[c.id] < len(specs)), key=_cost)
+    jobs = [(matrix, specs, [c.id for c in todo[i : i + 4]]) for i in range(0, len(todo), 4)]
     start = time.perf_counter()
-    with ProcessPoolExecutor(workers) as pool:
-        rows = [
-            r for part in pool.map(_run, [(matrix, spec, c) for c in chunks if c]) for r in part
-        ]
-    elapsed = time.perf_counter() - start
-    fails = Counter()
+    with ProcessPoolExecutor(workers) as pool, _appending(out) as sink:
+        for n, part in enumerate(pool.map(_run, jobs), 1):
+            rows += part
+            for row in part:
+                sink(row)
+            if n % 25 == 0 or n == len(jobs):
+                left = len(jobs) - n
+                took = time.perf_counter() - start
+                print(f"  {matrix}: {n}/{len(jobs)} jobs, {took:.0f} s, {left} left", flush=True)
+    return [r for r in rows if r["kernel"] in specs]
+
+
+def _saved(out: Path | None) -> list[dict[str, Any]]:
+    if out is None or not out.exists():
+        return []
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def _appending(out: Path | None):
+    if out is None:
+        yield lambda row: None
+        return
+    with out.open("a") as f:
+
+        def sink(row: dict[str, Any]) -> None:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+
+        yield sink
+
+
+def summary(rows: list[dict[str, Any]], spec: str) -> dict[str, Any]:
+    """Failures per policy, worst bound usage per output and seconds of one kernel's rows."""
+    latest = {(r["kernel"], r["case"]): r for r in rows}  # a case run again: its last row
+    mine = [r for (kernel, _), r in latest.items() if kernel == spec]
+    fails: Counter = Counter()
     worst: dict[str, float] = {}
-    outcomes = Counter(r[0] for r in rows)
-    for _, v, usage in rows:
-        for p, ok in v.items():
-            fails[p] += not ok
-        for k, u in usage.items():
+    for r in mine:
+        for policy, ok in r["verdicts"].items():
+            fails[policy] += not ok
+        for k, u in r["usage"].items():
             worst[k] = max(worst.get(k, 0.0), u)
     return {
-        "matrix": matrix,
-        "kernel": spec,
-        "run": len(rows),
-        "of": total,
+        "run": len(mine),
         "fails": dict(fails),
         "worst_usage": worst,
-        "outcomes": dict(outcomes),
-        "seconds": elapsed,
+        "outcomes": dict(Counter(r["outcome"] for r in mine)),
+        "seconds": sum(r["seconds"] for r in mine),
+        "failed": [r["case"] for r in mine if not r["verdicts"]["bound"]],
     }
 
 
@@ -133,6 +189,7 @@ def main() -> None:
     parser.add_argument("--defects", action="store_true")
     parser.add_argument("--sample", type=int, default=None)
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--out", type=Path, default=None, help="append rows here (JSON lines)")
     args = parser.parse_args()
     if args.kernels:
         kernels = args.kernels
@@ -142,18 +199,18 @@ def main() -> None:
         kernels = [f"convmatrix.kernels.defects:{name}" for name in DEFECTS]
     else:
         kernels = list(HONEST)
-    print("matrix | kernel | cases run | " + " | ".join(POLICIES) + " | worst bound usage | s")
+    header = " | ".join(POLICIES)
+    print(f"matrix | kernel | cases run | {header} | worst bound usage | case-seconds")
     for matrix in args.matrices:
+        rows = measure(matrix, kernels, args.sample, args.workers, args.out)
         for spec in kernels:
-            m = measure(matrix, spec, args.sample, args.workers)
+            m = summary(rows, spec)
             fails = " | ".join(str(m["fails"].get(p, 0)) for p in POLICIES)
             worst = ", ".join(f"{k} {v:.2f}" for k, v in sorted(m["worst_usage"].items()))
             name = spec.rsplit(":", 1)[-1]
-            print(
-                f"{matrix} | {name} | {m['run']}/{m['of']} | {fails} | {worst} | "
-                f"{m['seconds']:.0f}",
-                flush=True,
-            )
+            print(f"{matrix} | {name} | {m['run']} | {fails} | {worst} | {m['seconds']:.0f}")
+            if m["failed"]:
+                print(f"  failed under bound: {' '.join(m['failed'][:20])}", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from convmatrix.core.case import Case
 from convmatrix.kernels.framework import TorchKernel
 from convmatrix.kernels.reference import ReferenceKernel
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.execute import Context, build_inputs, run_case
 
 sys.path.insert(0, str(Path(__file__).parent / "resources" / "kernels"))
 import bad_kernels
@@ -132,3 +133,40 @@ def test_chunk_consistency_splits_inside_a_sample_and_agrees_for_torch():
     # The split nearest L/2 = 9 where tokens s-K+1..s share one sample: token 9 starts
     # sample 1 (its window 6..9 spans both), token 8's window 5..8 lies in sample 0.
     assert prop.passed and prop.detail == "split at 8 agrees"
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.pytest_id for c in CASES])
+def test_kernels_sharing_a_case_memo_record_what_they_record_alone(c):
+    """The memo hands the second kernel the torch path of the first: every
+    recorded number equals a run without it (the case's tensors depend on the case alone)."""
+    from convmatrix.kernels.registry import load
+    from convmatrix.runners.execute import CaseMemo
+
+    memo = CaseMemo()
+    kernels = [TorchKernel(), load("tiled")]
+    shared = [run_case(c, Context(k, memo=memo)) for k in kernels]
+    assert memo.case_id == c.id and memo.framework is not None
+    alone = [run_case(c, Context(k)) for k in kernels]
+    for s, a in zip(shared, alone, strict=True):
+        assert s.outcome == a.outcome == "passed"
+        assert s.outputs == a.outputs
+
+
+@pytest.mark.parametrize("c", CASES[:5], ids=[c.pytest_id for c in CASES[:5]])
+def test_judging_in_channel_blocks_records_what_one_block_records(c, monkeypatch):
+    """One channel per block against the whole tensor at once: the same errors, usages and
+    verdicts. Tolerance 1e-6 relative: the float64 reference's per-channel sums (dw, db) and
+    the sums of squares add up in another order, a few ulps of r, and an fp32 error of 1e-8
+    of |r| turns an ulp of r into 1e-8 of itself."""
+    from convmatrix.runners import invoke
+
+    whole = run_case(c, Context(TorchKernel()))
+    monkeypatch.setattr(invoke, "BLOCK_ELEMENTS", 1)
+    blocks = invoke.channel_blocks(c, build_inputs(c, torch.device("cpu")))
+    assert len(blocks) == c.dim
+    blocked = run_case(c, Context(TorchKernel()))
+    assert blocked.outcome == whole.outcome == "passed"
+    for b, w in zip(blocked.outputs, whole.outputs, strict=True):
+        assert b.output == w.output
+        for field in ("e_abs", "e_rel", "e_norm", "scale", "bound_usage", "fw_rel"):
+            assert getattr(b, field) == pytest.approx(getattr(w, field), rel=1e-6, abs=1e-300)

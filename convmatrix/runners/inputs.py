@@ -128,9 +128,7 @@ def place(
     view = base.as_strided(values.shape, strides, offset)
     view.copy_(values)
     covered = torch.zeros(size, dtype=torch.bool)
-    if values.numel():
-        index = torch.arange(size).as_strided(values.shape, strides, offset)
-        covered[index.flatten()] = True
+    covered.as_strided(values.shape, strides, offset).fill_(True)
     # A fresh leaf over the same memory, so a kernel's backward can treat it as a parameter.
     leaf = base.as_strided(values.shape, strides, offset).detach()
     return Guarded(name, base, leaf, covered, values)

@@ -31,8 +31,11 @@ __all__ = [
     "KernelFault",
     "Reference",
     "call_forward",
+    "channel_blocks",
+    "channels_of",
     "check_outputs",
     "kernel_outputs",
+    "reference_blocks",
     "reference_bounded",
     "reference_outputs",
 ]
@@ -200,12 +203,22 @@ def kernel_outputs(
     return _forward_outputs(kernel, case, inputs)
 
 
-def _reference_forward(case: Case, fi: ForwardInputs, magnitudes: bool) -> Reference:
+def channels_of(t: torch.Tensor | None, block: slice | None, dim: int = 1) -> torch.Tensor | None:
+    """Channels ``block`` of ``t`` (a view; all of it for None)."""
+    if t is None or block is None:
+        return t
+    return t.narrow(dim, block.start, block.stop - block.start)
+
+
+def _reference_forward(
+    case: Case, fi: ForwardInputs, magnitudes: bool, block: slice | None = None
+) -> Reference:
+    """The reference of channels ``block`` (all for None): channels are independent."""
     y, final, saved = conv_forward(
-        fi.x.values,
-        fi.weight.values,
-        None if fi.bias is None else fi.bias.values,
-        None if fi.initial_state is None else fi.initial_state.values,
+        channels_of(fi.x.values, block),
+        channels_of(fi.weight.values, block, 0),
+        None if fi.bias is None else channels_of(fi.bias.values, block, 0),
+        None if fi.initial_state is None else channels_of(fi.initial_state.values, block),
         None if fi.seq_idx is None else fi.seq_idx.cpu(),
         case.activation,
         magnitudes=magnitudes,
@@ -217,11 +230,16 @@ def _reference_forward(case: Case, fi: ForwardInputs, magnitudes: bool) -> Refer
         mags["F"] = Magnitudes(None, 0)  # a copy of inputs: only its rounding
     if case.op == "fwd_bwd":
         assert fi.g is not None
+        w, g, q = (
+            channels_of(fi.weight.values, block, 0),
+            channels_of(fi.g, block),
+            channels_of(fi.q, block),
+        )
         if magnitudes:
-            (dx, dw, db, ds), grad_mags = backward_magnitudes(saved, fi.weight.values, fi.g, fi.q)
+            (dx, dw, db, ds), grad_mags = backward_magnitudes(saved, w, g, q)
             mags.update(grad_mags)
         else:
-            dx, dw, db, ds = conv_backward(saved, fi.weight.values, fi.g, fi.q)
+            dx, dw, db, ds = conv_backward(saved, w, g, q)
         out.update(dx=dx, dw=dw)
         if fi.bias is not None:
             out["db"] = db
@@ -290,3 +308,31 @@ def reference_bounded(case: Case, inputs: ForwardInputs | UpdateInputs) -> Refer
     if isinstance(inputs, UpdateInputs):
         return _reference_update(case, inputs, True)
     return _reference_forward(case, inputs, True)
+
+
+# Elements per tensor of one channel block (512 KiB of float64): a block's few dozen
+# temporaries stay in cache and in memory the allocator already holds. Whole-tensor passes
+# at C=4128, L=4096 (270 MB each) cost more in page faults and memory traffic than in
+# arithmetic: benchmarks/bench_blocks.py measures the ratio.
+BLOCK_ELEMENTS = 1 << 18
+
+
+def channel_blocks(case: Case, inputs: ForwardInputs | UpdateInputs) -> list[slice | None]:
+    """The channel blocks ``reference_blocks`` yields: [None] (all at once) for updates
+    (small, and their reference replays the slots) and for cases of one block."""
+    if isinstance(inputs, UpdateInputs):
+        return [None]
+    batch, dim, seqlen = inputs.x.values.shape
+    per = max(1, BLOCK_ELEMENTS // max(1, batch * (seqlen + case.width - 1)))
+    if per >= dim:
+        return [None]
+    return [slice(c, min(c + per, dim)) for c in range(0, dim, per)]
+
+
+def reference_blocks(case: Case, inputs: ForwardInputs | UpdateInputs, blocks: list[slice | None]):
+    """(block, reference of the block) for each channel block, computed one at a time."""
+    for block in blocks:
+        if block is None:
+            yield block, reference_bounded(case, inputs)
+        else:
+            yield block, _reference_forward(case, inputs, True, block)  # type: ignore[arg-type]
