@@ -233,3 +233,24 @@ def test_the_torch_paths_window_sums_accumulate_in_the_input_dtype():
     assert usage <= 1.0, usage  # and the declared window-sum bound holds without the safety
     dw_arith = arithmetic(kernel.capabilities, case, "dw")
     assert dw_arith.accumulate == "float32"  # the B*L reduction keeps the declared FP32
+
+
+def test_a_weight_below_the_smallest_normal_of_x_is_bounded_absolutely():
+    """dao-parity's varlen fp16 case 349cbf604f78: the torch path rounds an fp32 weight of
+    6.8e-7 to an fp16 subnormal (4% off, where u_fp16 is 0.05%) and its y used 1.64 of a bound
+    built on |w|. The magnitudes count |w| as at least fp16's smallest normal."""
+    from convmatrix.runners.bounds import arithmetic, bound_usage
+
+    case = Case("t", "fwd", 4, 1, 1, seqlen=4, x_dtype="float16", bias=False)
+    x = torch.tensor([[[0.0, 0.0, 0.0, 1.04]]]).half()  # only the tiny last tap contributes
+    w = torch.tensor([[-0.14316509, -0.10907053, 0.49378857, 6.805957e-07]])
+    got = TorchKernel().forward(x, w)
+    y, _, saved = conv_forward(x, w, None, None, None, None, magnitudes=True)
+    m = forward_magnitudes(saved, y)
+    declared = arithmetic(TorchKernel.capabilities, case, "y")
+    usage = bound_usage(got, y, BoundModel().bound(y, m, declared))
+    plain = Magnitudes((w.double().abs()[0, 3] * x.double().abs()).expand_as(y), m.n)
+    over = bound_usage(got, y, BoundModel().bound(y, plain, declared))
+    # 1.64 of a bound on |w| alone: past the model (1); the case's dx used 2.26 and failed
+    assert over > 1.5, over
+    assert usage <= 1.0, usage

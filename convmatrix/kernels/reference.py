@@ -13,8 +13,8 @@ With ``magnitudes=True`` both also compute, in the same tap loops, what the boun
 docs/spec.md §4 needs (``convmatrix.core.bounds.Magnitudes`` per output): the same
 computation on absolute values (|b| + sum_k |w_k| |x_{t-k}| for z, sum_k |w_k| |dz| for dx,
 sum_{b,t} |dz| |x| for dw...), the reduction length, and for SiLU the sensitivities to the
-activation's rounding and to the error of z. One extra ``addcmul_`` per tap in the forward,
-two per tap in the backward.
+activation's rounding and to the error of z; |w| counts as at least x's smallest normal
+(docs/spec.md §4). One extra ``addcmul_`` per tap in the forward, two per tap in the backward.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Saved:
     mag_z: torch.Tensor | None = None  # |b| + sum_k |w_k| |xe|: z's magnitude (magnitudes=True)
     n_z: int = 0  # terms of z: K, +1 with a bias
     sig: torch.Tensor | None = None  # sigmoid(z), SiLU only: computed once, used three times
+    w_floor: float = 0.0  # the smallest |w| the magnitudes count: x's smallest normal
 
 
 # The element-wise passes below work in place on one fresh tensor each: at C=4128, L=4096 a
@@ -106,6 +107,11 @@ def conv_forward(
         masks = packed_tap_masks(seq_idx, width)[:, :, None, :]  # (K, B, 1, L)
         live = seq_idx[:, None, :] >= 0
     xa = xe.abs() if mag is not None else None
+    # A kernel may round w to x's dtype, where a weight below the smallest normal loses
+    # relative precision (an fp32 weight of 6.8e-7 becomes an fp16 subnormal, 4% off): the
+    # magnitudes count every |w| as at least that normal, which bounds the absolute error.
+    w_floor = torch.finfo(x.dtype).tiny if x.dtype.is_floating_point else 0.0
+    wa = w.abs().clamp_(min=w_floor)
     for k in range(width):
         tap = xe[:, :, k : k + seqlen]
         if masks is not None:
@@ -113,7 +119,7 @@ def conv_forward(
         z.addcmul_(tap, w[None, :, k, None])
         if mag is not None and xa is not None:
             atap = xa[:, :, k : k + seqlen]
-            mag.addcmul_(atap if masks is None else atap * masks[k], w[None, :, k, None].abs())
+            mag.addcmul_(atap if masks is None else atap * masks[k], wa[None, :, k, None])
     del xa
     silu = activation in ("silu", "swish")
     sig = torch.sigmoid(z) if silu else None
@@ -124,7 +130,7 @@ def conv_forward(
             mag = mag * live
     final = xe[:, :, seqlen:].clone()
     n_z = width + (bias is not None)
-    return y, final, Saved(xe, z, masks, live, silu, mag, n_z, sig)
+    return y, final, Saved(xe, z, masks, live, silu, mag, n_z, sig, w_floor)
 
 
 def forward_magnitudes(saved: Saved, y: torch.Tensor) -> Magnitudes:
@@ -203,7 +209,7 @@ def _backward(
         if adz is not None and xa is not None and mx is not None and mw is not None:
             adzk = adz if mask is None else adz * mask
             atap = xa[:, :, k : k + seqlen]
-            wk = w[None, :, k, None].abs()
+            wk = w[None, :, k, None].abs().clamp_(min=saved.w_floor)
             mx[:, :, k : k + seqlen].addcmul_(adzk, wk)
             mw[:, k] = channel_sums(adzk, atap)
             if sens is not None and sx is not None and sw is not None:
