@@ -2,6 +2,7 @@
 
     python benchmarks/bench_bounds.py [--matrices production nightly dao-parity]
         [--kernels torch tiled reference] [--defects] [--sample N] [--workers 2] [--out FILE]
+        [--min-elements N] [--max-elements N]
 
 Each case is run once (``runners.execute.run_case`` under the default ``bound`` policy, the
 torch path beside it) and judged afterwards under every policy from what the run records:
@@ -12,9 +13,11 @@ torch path beside it) and judged afterwards under every policy from what the run
 outputs (``CaseMemo``). ``--out FILE`` appends one JSON line per (kernel, case) as jobs end
 and skips the cases FILE holds: a grid that takes hours survives an interruption. A failing
 property check (causality, packed isolation, chunk consistency, guards) fails the case under
-every policy: those checks do not depend on the policy's rows. ``--sample N`` takes every
-k-th case so that about N are run (say so when you quote the figure). ``--defects`` runs the
-precision-defect kernels of ``convmatrix.kernels.defects`` instead of the honest kernels.
+every policy: those checks do not depend on the policy's rows. ``--min-elements`` and
+``--max-elements`` keep the cases whose B*C*L (B*C*tokens for updates) lies in that range.
+``--sample N`` takes every k-th case so that about N are run (say so when you quote the
+figure). ``--defects`` runs the precision-defect kernels of ``convmatrix.kernels.defects``
+instead of the honest kernels.
 """
 
 from __future__ import annotations
@@ -112,7 +115,12 @@ def _run(job: tuple[str, list[str], list[str]]) -> list[dict[str, Any]]:
 
 
 def measure(
-    matrix: str, specs: list[str], sample: int | None, workers: int, out: Path | None
+    matrix: str,
+    specs: list[str],
+    sample: int | None,
+    workers: int,
+    out: Path | None,
+    sizes: tuple[int, int] = (0, 2**62),
 ) -> list[dict[str, Any]]:
     """One row per (kernel, case); with ``out``, rows are appended as jobs finish and the
     cases it already holds are not run again (a long grid survives an interruption)."""
@@ -120,6 +128,7 @@ def measure(
     from convmatrix.runners.workload import load_workload
 
     cases = [c for c in load_workload(matrix, load(specs[0])).cases if c.expect != "error"]
+    cases = [c for c in cases if sizes[0] <= _cost(c) <= sizes[1]]
     if sample and len(cases) > sample:
         cases = cases[:: math.ceil(len(cases) / sample)]
     wanted = {c.id for c in cases}
@@ -190,6 +199,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=None)
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=None, help="append rows here (JSON lines)")
+    parser.add_argument("--min-elements", type=int, default=0, help="only cases of B*C*L >= N")
+    parser.add_argument("--max-elements", type=int, default=2**62, help="only cases <= N")
     args = parser.parse_args()
     if args.kernels:
         kernels = args.kernels
@@ -202,7 +213,8 @@ def main() -> None:
     header = " | ".join(POLICIES)
     print(f"matrix | kernel | cases run | {header} | worst bound usage | case-seconds")
     for matrix in args.matrices:
-        rows = measure(matrix, kernels, args.sample, args.workers, args.out)
+        sizes = (args.min_elements, args.max_elements)
+        rows = measure(matrix, kernels, args.sample, args.workers, args.out, sizes)
         for spec in kernels:
             m = summary(rows, spec)
             fails = " | ".join(str(m["fails"].get(p, 0)) for p in POLICIES)
