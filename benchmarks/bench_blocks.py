@@ -8,7 +8,8 @@ MB of float64. Three settings, each in a fresh process (c10 reads THP_MEM_ALLOC_
 alternated round by round so the machine's load falls on all; CPU seconds of ``run_case`` on
 one case, best of the rounds, and ratios to the first setting:
 
-- ``blocks+thp``: the default (``runners.invoke.BLOCK_ELEMENTS``, huge pages);
+- ``blocks+thp``: the default blocks (``runners.invoke.BLOCK_ELEMENTS``) on huge pages
+  (``THP_MEM_ALLOC_ENABLE=1``, opt-in: see the README);
 - ``whole+thp``: one block per output, the whole tensor per pass;
 - ``blocks-thp``: channel blocks with 4 KiB pages.
 
