@@ -128,10 +128,7 @@ class BoundModel:
     def bound(self, r: Any, m: Magnitudes, arith: Arithmetic) -> Any:
         """bound_i for reference values ``r`` (absolute values taken here) and magnitudes."""
         u_out, u_acc, u_int = arith.units()
-        out = abs(r)  # a fresh tensor (or a float): every term below is added in place
-        out = _plus(
-            out.mul_(u_out) if hasattr(out, "mul_") else out * u_out, TINY[arith.out_dtype], 1.0
-        )
+        out = u_out * abs(r) + TINY[arith.out_dtype]  # fresh: the terms below add in place
         if m.n > 0 and m.mag is not None:
             coeff = gamma(m.n, u_acc, self.mode, self.lam)
             if arith.intermediate == "input":

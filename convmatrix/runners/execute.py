@@ -44,6 +44,8 @@ __all__ = ["CaseMemo", "Context", "build_inputs", "run_case", "run_guarded", "sk
 # Outputs that are copies of inputs: a kernel must reproduce them bit for bit unless it sets
 # ``exact_state = False`` (e.g. it stores the state in another dtype).
 _EXACT = ("state",)
+# Where the channels are in each output: dw (C, K) and db (C,) lead with them.
+_CHANNEL_DIM = {name: 0 if name in PARAM_GRADS else 1 for name in OUTPUTS}
 
 
 @dataclass
@@ -158,13 +160,12 @@ def _metrics(
     channel block (``channel_blocks``); the errors add up over the blocks."""
     exact = getattr(ctx.kernel, "exact_state", True)
     blocks = channel_blocks(case, inputs)
-    dim_of = {name: 0 if name in PARAM_GRADS else 1 for name in OUTPUTS}
     sums: dict[str, ErrorSums] = {}
     fw_sums: dict[str, ErrorSums] = {}
     usage: dict[str, float] = {}
     for block, (ref, mags) in reference_blocks(case, inputs, blocks):
         for name, r in ref.items():
-            dim = dim_of[name]
+            dim = _CHANNEL_DIM[name]
             if name not in sums:
                 sums[name] = _sums_for(name, got, r, block, dim, inputs)
                 if fw is not None and name in fw and fw[name] is not got[name]:
@@ -205,7 +206,8 @@ def _sums_for(
     if tuple(got[name].shape) != tuple(shape):
         have = tuple(got[name].shape)
         raise KernelFault(f"{name}: shape {have} differs from the reference's {tuple(shape)}")
-    return ErrorSums(tuple(shape), dim)
+    # One block: the reference itself is the store ErrorSums keeps (no copy of it).
+    return ErrorSums(tuple(shape), dim, r.to(torch.float64) if block is None else None)
 
 
 def _time(case: Case, ctx: Context, result: CaseResult) -> None:
