@@ -6,8 +6,10 @@ schema), each writes its own run in many small batches, interleaved with the oth
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from db_fixtures import fake_result
 from sqlalchemy import func, select
 
 from convmatrix.db import Session, load_results, open_database, resolve_run
+from convmatrix.db.engine import make_engine
 from convmatrix.db.models import MetricRow
 
 N = 150  # results per process; with batches of 7 that is 22 transactions each
@@ -65,3 +68,27 @@ def test_two_processes_writing_at_once_lose_nothing(db_url, tmp_path):
         metrics = session.scalar(select(func.count()).select_from(MetricRow))
     assert metrics == 2 * N * 2  # two outputs per result, two runs
     engine.dispose()
+
+
+def test_opening_a_new_file_waits_while_another_connection_creates_its_schema(tmp_path):
+    """The WAL switch is not covered by SQLite's busy handler: on a file still in rollback
+    mode whose write lock another connection holds, it fails at once unless retried."""
+    path = tmp_path / "new.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # the first run, creating its schema
+    other.execute("CREATE TABLE first_run (x)")
+    held_s = 0.5
+    release = threading.Timer(held_s, lambda: other.execute("COMMIT"))
+    started = time.monotonic()
+    release.start()
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as conn:
+            mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+        waited = time.monotonic() - started
+    finally:
+        release.join()
+        engine.dispose()
+        other.close()
+    assert mode == "wal"
+    assert waited >= held_s  # it connected only once the lock was gone, not around it

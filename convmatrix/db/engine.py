@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,7 +154,7 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if wal:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(cursor)
             cursor.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; WAL-safe
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
@@ -162,6 +163,27 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
     def _on_begin(conn: Any) -> None:
         immediate = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """``PRAGMA journal_mode = WAL``, retried while the file is locked, up to the busy timeout.
+
+    The busy handler does not cover this switch: on a database still in rollback mode (a new
+    file stays so until its first write) whose write lock another connection holds, SQLite
+    answers "database is locked" at once. Two runs opening one new file hit exactly that when
+    the first is creating the schema as the second connects (tests/test_db_concurrency.py).
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.25)
 
 
 @contextmanager
