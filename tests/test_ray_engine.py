@@ -28,11 +28,15 @@ NODE = {"num_cpus": 1, "resources": {"cpu_slot": 1}, "include_dashboard": False}
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """Two nodes, one cpu_slot each; actors' processes see the planted kernels."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_AUTH_MODE", "RAY_TMPDIR")}
+    names = ("PYTHONPATH", "RAY_AUTH_MODE", "RAY_TMPDIR", "RAY_worker_niceness")
+    saved = {k: os.environ.get(k) for k in names}
     temp = tempfile.mkdtemp(prefix="cmray")  # short: Ray's socket paths must fit 107 bytes
     os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]  # the nodes' workers inherit it
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ["RAY_TMPDIR"] = temp
+    # Ray's workers run at niceness 15 by default: beside the other xdist worker they got ~3%
+    # of a core and runs took over 120 s (docs/deploy.md). Nodes of a shared host run at 0.
+    os.environ["RAY_worker_niceness"] = "0"  # noqa: SIM112 (Ray spells it so)
     os.makedirs(os.path.join(temp, "ray"))  # where Ray writes the address of the cluster
     made = Cluster(initialize_head=True, head_node_args={**NODE, "temp_dir": f"{temp}/ray"})
     made.add_node(**NODE)
@@ -74,6 +78,7 @@ def test_smoke_on_two_nodes_matches_xdist_case_by_case(cluster, tmp_path):
     done = ray_run(cluster, tmp_path, "--matrix", "smoke", "--kernel", "torch", "--db", url)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "35 passed" in done.stdout
+    assert "run niced" not in done.stderr  # the nodes were started at niceness 0
     xdist = run(convmatrix_cmd("run", "--matrix", "smoke", "--kernel", "torch", "--db", url,
                                "-n", "2"), tmp_path)  # fmt: skip
     assert xdist.returncode == 0, xdist.stdout
@@ -164,3 +169,18 @@ def test_without_ray_the_engine_says_how_to_get_it(tmp_path):
     assert "Traceback" not in done.stderr
     plain = run(convmatrix_cmd("run", *base, "--case", TINY_L7), tmp_path, **env)
     assert plain.returncode == 0, plain.stdout + plain.stderr
+
+
+def test_a_cluster_the_engine_starts_runs_its_actors_unniced(tmp_path):
+    """Without --address the engine starts its own one-host cluster, whose workers are the
+    job: they must not run at Ray's default niceness of 15 (docs/deploy.md)."""
+    temp = tempfile.mkdtemp(prefix="cmray")  # Ray's socket paths must fit 107 bytes
+    try:
+        cmd = convmatrix_cmd("run", "--engine", "ray", "-n", "1", "--matrix", str(TINY),
+                             "--kernel", "torch", "--no-db")  # fmt: skip
+        done = run(cmd, tmp_path, RAY_AUTH_MODE="disabled", RAY_TMPDIR=temp)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 passed" in done.stdout
+    assert "run niced" not in done.stderr, done.stderr

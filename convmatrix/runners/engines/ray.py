@@ -71,11 +71,15 @@ class DeviceWorker:
         self.index: int | None = None
         self.name = ""
 
-    def where(self) -> tuple[str, str]:
-        """(node id, host name) of this actor."""
+    def where(self) -> tuple[str, str, int]:
+        """(node id, host name, niceness) of this actor."""
         import ray
 
-        return ray.get_runtime_context().get_node_id(), self.host
+        return (
+            ray.get_runtime_context().get_node_id(),
+            self.host,
+            os.getpriority(os.PRIO_PROCESS, 0),
+        )
 
     def bind(self, index: int, sharing: int, name: str) -> None:
         """Own device ``index`` of this node (``sharing`` actors on this host)."""
@@ -191,7 +195,10 @@ class RayEngine:
             units = request.workers or (
                 cpu_cores() if resource == "cpu_slot" else discover(resource).count
             )
-            ray.init(resources={resource: max(1, units)}, **options)
+            # Ray nices its workers (15) so its control plane stays responsive; here the
+            # workers are the job, and a niced case starves behind anything else on the host.
+            niceness = {"worker_niceness": 0}
+            ray.init(resources={resource: max(1, units)}, _system_config=niceness, **options)
         return True
 
     @staticmethod
@@ -210,10 +217,16 @@ class RayEngine:
         handles = [remote.remote(handover) for _ in range(units)]
         places = ray.get([h.where.remote() for h in handles])
         per_node: Counter[str] = Counter()
-        per_host = Counter(host for _, host in places)
+        per_host = Counter(host for _, host, _ in places)
+        niced = sorted({host for _, host, nice in places if nice > 0})
+        if niced:
+            print(f"convmatrix: warning: device actors on {', '.join(niced)} run niced (Ray's "
+                  "default for workers): other load on those hosts slows their cases and can "
+                  "trip time limits; start the nodes with RAY_worker_niceness=0 (docs/deploy.md)",
+                  file=sys.stderr)  # fmt: skip
         actors = []
         binds = []
-        for handle, (node, host) in zip(handles, places, strict=True):
+        for handle, (node, host, _) in zip(handles, places, strict=True):
             index = per_node[node]
             per_node[node] += 1
             name = f"ray:{node[:8]}:{index}"  # node and device; the host has its own column
