@@ -31,7 +31,8 @@ def tests(session: nox.Session) -> None:
     engine's tests on a local two-node cluster."""
     install_project(session, "test", "fla", "ray")
     workers = os.environ.get("CONVMATRIX_TEST_WORKERS", "2")
-    session.run("pytest", "-n", workers, *session.posargs)
+    # The slowest tests go in every log (the suite takes about 15 min here; README).
+    session.run("pytest", "-n", workers, "--durations=25", *session.posargs)
 
 
 def _run_matrix(session: nox.Session, matrix: str) -> None:
