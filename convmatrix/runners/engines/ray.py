@@ -48,6 +48,9 @@ __all__ = ["MAX_RETRIES", "RESOURCES", "DeviceWorker", "RayEngine", "import_ray"
 MAX_RETRIES = 2  # resubmissions of a case after lost actors or nodes; then "lost node"
 RESOURCES = {"cuda": "cuda", "mlu": "mlu", "cpu": "cpu_slot"}  # device kind -> resource
 LOST = "lost node"  # the reason of an exhausted case (outcome ``lost``; see the report)
+# Ray nices its workers (15) so that its daemons stay responsive; here the workers are the
+# job, and a niced case starves behind anything else on the host (docs/deploy.md).
+UNNICED = {"worker_niceness": 0}  # the _system_config of a cluster the engine starts
 UNAVAILABLE = "unavailable: ray is not installed (pip install 'convmatrix[ray]')"
 
 
@@ -195,10 +198,7 @@ class RayEngine:
             units = request.workers or (
                 cpu_cores() if resource == "cpu_slot" else discover(resource).count
             )
-            # Ray nices its workers (15) so its control plane stays responsive; here the
-            # workers are the job, and a niced case starves behind anything else on the host.
-            niceness = {"worker_niceness": 0}
-            ray.init(resources={resource: max(1, units)}, _system_config=niceness, **options)
+            ray.init(resources={resource: max(1, units)}, _system_config=UNNICED, **options)
         return True
 
     @staticmethod
@@ -218,12 +218,7 @@ class RayEngine:
         places = ray.get([h.where.remote() for h in handles])
         per_node: Counter[str] = Counter()
         per_host = Counter(host for _, host, _ in places)
-        niced = sorted({host for _, host, nice in places if nice > 0})
-        if niced:
-            print(f"convmatrix: warning: device actors on {', '.join(niced)} run niced (Ray's "
-                  "default for workers): other load on those hosts slows their cases and can "
-                  "trip time limits; start the nodes with RAY_worker_niceness=0 (docs/deploy.md)",
-                  file=sys.stderr)  # fmt: skip
+        _warn_if_niced(sorted({host for _, host, nice in places if nice > 0}))
         actors = []
         binds = []
         for handle, (node, host, _) in zip(handles, places, strict=True):
@@ -234,6 +229,14 @@ class RayEngine:
             actors.append(_Actor(handle, name, node))
         ray.get(binds)
         return actors
+
+
+def _warn_if_niced(hosts: list[str]) -> None:
+    if hosts:
+        print(f"convmatrix: warning: device actors on {', '.join(hosts)} run niced (Ray's "
+              "default for workers): other load on those hosts slows their cases and can trip "
+              "time limits; start the nodes with RAY_worker_niceness=0 (docs/deploy.md)",
+              file=sys.stderr)  # fmt: skip
 
 
 def _close(ray: Any, actors: list[_Actor]) -> None:
