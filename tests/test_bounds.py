@@ -208,10 +208,12 @@ def test_the_policy_is_chosen_on_the_command_line(capsys):
 
 
 def test_the_torch_paths_window_sums_accumulate_in_the_input_dtype():
-    """torch's CPU conv1d backward adds each tap into a bf16 dx: more than one rounding per
-    term (FP32 accumulation + u_bf16 per term would be exceeded: dao-parity's
-    fwd_bwd-K4-L1024-C4128 bf16 case used 2.14 of it, a false alarm), within the bound of a
-    K-tap sum accumulated in bf16 that ``arithmetic`` declares for ``intermediate="input"``."""
+    """torch's CPU conv1d backward may add each tap into a bf16 dx: the path declares
+    ``intermediate="input"``, so its window sums are bounded as K-tap sums accumulated in bf16.
+    In a dao-parity run its fwd_bwd-K4-L1024-C4128 bf16 case (0dfdc2d01cdf) used 2.14 of the
+    one-rounding-per-term bound; run alone in a fresh process (this test, and that very case)
+    it uses about 0.9 of it, so whether torch takes the rounding path depends on its state,
+    and only the declared bound is asserted here."""
     from convmatrix.runners.bounds import arithmetic, bound_usage
     from convmatrix.runners.execute import build_inputs
     from convmatrix.runners.invoke import kernel_outputs, reference_bounded
@@ -224,13 +226,8 @@ def test_the_torch_paths_window_sums_accumulate_in_the_input_dtype():
     model = BoundModel()
     declared = arithmetic(kernel.capabilities, case, "dx")
     assert declared.accumulate == "bfloat16"
-    once_per_term = Arithmetic("float32", "input", "bfloat16", "bfloat16")
     usage = bound_usage(got["dx"], values["dx"], model.bound(values["dx"], mags["dx"], declared))
-    over = bound_usage(
-        got["dx"], values["dx"], model.bound(values["dx"], mags["dx"], once_per_term)
-    )
-    assert over > 1.2, over  # the partial sums are rounded: one rounding per term is too few
-    assert usage <= 1.0, usage  # and the declared window-sum bound holds without the safety
+    assert usage <= 1.0, usage  # the declared window-sum bound holds without the safety
     dw_arith = arithmetic(kernel.capabilities, case, "dw")
     assert dw_arith.accumulate == "float32"  # the B*L reduction keeps the declared FP32
 
