@@ -36,7 +36,7 @@ import convmatrix
 import torch
 torch.set_num_threads(1)
 from convmatrix.core.case import Case
-from convmatrix.kernels.registry import load
+from convmatrix.kernels.interface.registry import load
 from convmatrix.runners import invoke
 from convmatrix.runners.execute import Context, run_case
 if sys.argv[2] == "whole":

@@ -16,7 +16,7 @@ property check (causality, packed isolation, chunk consistency, guards) fails th
 every policy: those checks do not depend on the policy's rows. ``--min-elements`` and
 ``--max-elements`` keep the cases whose B*C*L (B*C*tokens for updates) lies in that range.
 ``--sample N`` takes every k-th case so that about N are run (say so when you quote the
-figure). ``--defects`` runs the precision-defect kernels of ``convmatrix.kernels.defects``
+figure). ``--defects`` runs the precision-defect kernels of ``convmatrix.kernels.doubles.defects``
 instead of the honest kernels.
 """
 
@@ -88,7 +88,7 @@ def _run(job: tuple[str, list[str], list[str]]) -> list[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(1)
-    from convmatrix.kernels.registry import load
+    from convmatrix.kernels.interface.registry import load
     from convmatrix.runners.execute import CaseMemo, Context, run_case
     from convmatrix.runners.workload import load_workload
 
@@ -124,7 +124,7 @@ def measure(
 ) -> list[dict[str, Any]]:
     """One row per (kernel, case); with ``out``, rows are appended as jobs finish and the
     cases it already holds are not run again (a long grid survives an interruption)."""
-    from convmatrix.kernels.registry import load
+    from convmatrix.kernels.interface.registry import load
     from convmatrix.runners.workload import load_workload
 
     cases = [c for c in load_workload(matrix, load(specs[0])).cases if c.expect != "error"]
@@ -205,9 +205,9 @@ def main() -> None:
     if args.kernels:
         kernels = args.kernels
     elif args.defects:
-        from convmatrix.kernels.defects import DEFECTS
+        from convmatrix.kernels.doubles.defects import DEFECTS
 
-        kernels = [f"convmatrix.kernels.defects:{name}" for name in DEFECTS]
+        kernels = [f"convmatrix.kernels.doubles.defects:{name}" for name in DEFECTS]
     else:
         kernels = list(HONEST)
     header = " | ".join(POLICIES)

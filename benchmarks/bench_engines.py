@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("-n", dest="workers", type=int, default=2)
     args = parser.parse_args()
-    from convmatrix.kernels.registry import load
+    from convmatrix.kernels.interface.registry import load
     from convmatrix.runners.workload import load_workload
 
     cases = load_workload(args.matrix, load(args.kernel)).cases

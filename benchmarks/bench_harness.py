@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.registry import load
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.interface.registry import load
 from convmatrix.runners.execute import build_inputs
 from convmatrix.runners.invoke import kernel_outputs, reference_outputs
 from convmatrix.runners.metrics import error_metrics

@@ -5,7 +5,7 @@
 
 Runs ``convmatrix run`` ``--runs`` times with the same kernel (A/A: nothing changed, so every
 claimed regression is a false positive), then ``--slowed`` times with the same kernel made
-``--percent`` % as slow (``convmatrix.kernels.slowed``: A/B, every kernel timing really is
+``--percent`` % as slow (``convmatrix.kernels.doubles.slowed``: A/B, every kernel timing really is
 1.5x slower). Then, on the stored timings:
 
 - pair rule (``convmatrix diff``), with and without the framework-path control: for each
@@ -101,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory()
     args.db = args.db or f"sqlite:///{tmp.name}/aa.db"
-    slow = f"convmatrix.kernels.slowed:make(base={args.kernel},percent={args.percent})"
+    slow = f"convmatrix.kernels.doubles.slowed:make(base={args.kernel},percent={args.percent})"
     walls = [math.nan]
     if not args.analyse:
         walls = [run(args, args.kernel, f"aa-{i}") for i in range(args.runs)]

@@ -30,10 +30,10 @@ _LAZY = {
     "Capabilities": "convmatrix.core.contract",
     "ContractError": "convmatrix.core.contract",
     "Geometry": "convmatrix.core.contract",
-    "Kernel": "convmatrix.kernels.protocol",
-    "KernelBase": "convmatrix.kernels.protocol",
+    "Kernel": "convmatrix.kernels.interface.protocol",
+    "KernelBase": "convmatrix.kernels.interface.protocol",
     "RunSummary": "convmatrix.runners.summary",
-    "load": "convmatrix.kernels.registry",
+    "load": "convmatrix.kernels.interface.registry",
     "run": "convmatrix.api",
 }
 

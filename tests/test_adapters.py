@@ -20,12 +20,12 @@ from test_tiled import _seq_idx, assert_matches, channel_last, make_problem
 
 from convmatrix.core.case import Case
 from convmatrix.kernels import ContractError, list_kernels, load
-from convmatrix.kernels.dao import DaoKernel, _state_layout, dao_contract
-from convmatrix.kernels.mlu_fla import MluFlaKernel
-from convmatrix.kernels.mlu_ops import MluOps
-from convmatrix.kernels.mlu_standin import STANDIN_OPS, causal_conv1d, causal_conv1d_fn
-from convmatrix.kernels.mlu_vllm import MluVllmKernel
-from convmatrix.kernels.reference import ReferenceKernel, reference_forward
+from convmatrix.kernels.adapters.dao import DaoKernel, _state_layout, dao_contract
+from convmatrix.kernels.adapters.mlu_fla import MluFlaKernel
+from convmatrix.kernels.adapters.mlu_ops import MluOps
+from convmatrix.kernels.adapters.mlu_vllm import MluVllmKernel
+from convmatrix.kernels.doubles.mlu_standin import STANDIN_OPS, causal_conv1d, causal_conv1d_fn
+from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
 
 # -- availability -------------------------------------------------------------------------
 
@@ -98,7 +98,10 @@ def test_dao_kernel_classifies_cases_and_declares_its_chunks():
     )
     assert ">= 1.7.0" in kernel.contract_violation(_case(seq_lens=(40, 40), initial_state="random"))
     assert kernel.capabilities.geometry.symbols() == {"tile": 64, "ctile": 64, "vec": 8}
-    assert load("convmatrix.kernels.dao:channel_first").capabilities.geometry.time_tile == 1024
+    assert (
+        load("convmatrix.kernels.adapters.dao:channel_first").capabilities.geometry.time_tile
+        == 1024
+    )
 
 
 def test_dao_state_layout_keeps_values_and_gradients():
@@ -214,7 +217,7 @@ def test_fla_adapter_builds_cu_seqlens_and_wide_states():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("lens", [None, (5, 11, 17), (7, -3, 23), (-4, 29)])
 def test_vllm_adapter_forward_matches_reference(spec, layout, dtype, lens):
-    kernel = load(f"convmatrix.kernels.{spec}")
+    kernel = load(f"convmatrix.kernels.adapters.{spec}")
     p = make_problem(2, 16, 33, 4, seed=4, x_dtype=dtype)
     seq_idx = None if lens is None else _seq_idx(2, lens)
     x = channel_last(p["x"]) if layout == "channel_last" else p["x"]
@@ -240,7 +243,7 @@ def test_vllm_adapter_forward_matches_reference(spec, layout, dtype, lens):
 
 
 def test_vllm_adapter_contract():
-    kernel = load("convmatrix.kernels.mlu_vllm:standin")
+    kernel = load("convmatrix.kernels.adapters.mlu_vllm:standin")
     assert kernel.availability() is None
     assert "backward" not in kernel.capabilities.features
     short = _case(op="fwd", seq_lens=(70, 10), final_state=True, width=4)
@@ -256,7 +259,7 @@ def test_vllm_adapter_contract():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("lens", [None, (5, 11, 17), (7, -3, 23)])
 def test_fla_adapter_forward_backward_matches_reference(layout, dtype, lens):
-    kernel = load("convmatrix.kernels.mlu_fla:standin")
+    kernel = load("convmatrix.kernels.adapters.mlu_fla:standin")
     p = make_problem(2, 16, 33, 4, seed=5, x_dtype=dtype)
     seq_idx = None if lens is None else _seq_idx(2, lens)
 
@@ -288,7 +291,7 @@ def test_fla_adapter_forward_backward_matches_reference(layout, dtype, lens):
 
 
 def test_fla_adapter_has_no_final_state():
-    kernel = load("convmatrix.kernels.mlu_fla:standin")
+    kernel = load("convmatrix.kernels.adapters.mlu_fla:standin")
     assert "final_state" not in kernel.capabilities.features
     with pytest.raises(ContractError, match="final state"):
         kernel.forward(torch.randn(1, 8, 6), torch.randn(8, 4), return_final_state=True)
@@ -300,7 +303,7 @@ def test_fla_adapter_has_no_final_state():
     [(1, 3, False, False), (3, 6, False, False), (4, 5, True, False), (2, 5, True, True)],
 )
 def test_mlu_adapter_updates_match_reference(name, tokens, state_len, ring, slots):
-    kernel = load(f"convmatrix.kernels.{name}:standin")
+    kernel = load(f"convmatrix.kernels.adapters.{name}:standin")
     p = make_problem(3, 8, tokens, 4, seed=6)
     pool = torch.randn(5 if slots else 3, 8, state_len, generator=torch.Generator().manual_seed(8))
     indices = torch.tensor([4, -1, 0], dtype=torch.int32) if slots else None
@@ -321,7 +324,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mlu_kernel_plugin"
 _PROBE = """
 import torch
 from convmatrix.kernels import load
-from convmatrix.kernels.reference import reference_forward
+from convmatrix.kernels.oracle.reference import reference_forward
 k = load("my_mlu")
 gen = torch.Generator().manual_seed(0)
 x, w, b, s = (torch.randn(*sh, generator=gen) for sh in ((2, 8, 20), (8, 4), (8,), (2, 8, 3)))

@@ -15,7 +15,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.verdict import describe
 from convmatrix.kernels import load
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.runners.applicability import NOT_APPLICABLE, _split_lens, calls_of, refused_call
 from convmatrix.runners.execute import Context, run_case
@@ -103,7 +103,7 @@ def test_a_property_that_raises_fails_alone_and_by_name():
 
 
 def test_a_per_sequence_final_state_makes_chunk_consistency_not_applicable_only_when_short():
-    kernel = load("convmatrix.kernels.mlu_vllm:standin")
+    kernel = load("convmatrix.kernels.adapters.mlu_vllm:standin")
     short = Case("t", "fwd", 4, 16, 2, seqlen=19, seq_lens=(17, 2), checks=CHECKS)
     assert "shorter than K-1" in refused_call(kernel, "chunk_consistency", short)
     result = run_case(short, Context(kernel))

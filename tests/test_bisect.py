@@ -14,7 +14,7 @@ from runner_helpers import TINY, TINY_L7, child_env, convmatrix_cmd, runs
 KERNEL = '''"""A kernel under bisection: the torch path plus OFFSET."""
 import torch
 
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 
 OFFSET = {offset}
 

@@ -13,10 +13,14 @@ from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.records import CaseResult, OutputMetrics
 from convmatrix.core.tolerances import Policy
-from convmatrix.kernels.defects import DEFECTS, Fp32Kernel
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.reference import backward_magnitudes, conv_forward, forward_magnitudes
-from convmatrix.kernels.registry import load
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.doubles.defects import DEFECTS, Fp32Kernel
+from convmatrix.kernels.interface.registry import load
+from convmatrix.kernels.oracle.reference import (
+    backward_magnitudes,
+    conv_forward,
+    forward_magnitudes,
+)
 from convmatrix.reports.diff import build_diff
 from convmatrix.runners.execute import Context, run_case
 from convmatrix.runners.properties import causality
@@ -68,7 +72,7 @@ def test_magnitudes_are_the_computation_on_absolute_values():
     assert torch.allclose(forward_magnitudes(saved, y).mag, abs_y, rtol=1e-12)
     _, mags = backward_magnitudes(saved, w, g, None)
     abs_saved = conv_forward(x.abs(), w.abs(), b.abs(), None, None, None)[2]
-    from convmatrix.kernels.reference import conv_backward
+    from convmatrix.kernels.oracle.reference import conv_backward
 
     dx, dw, db, _ = conv_backward(abs_saved, w.abs(), g.abs(), None)
     assert torch.allclose(mags["dx"].mag, dx, rtol=1e-12)

@@ -147,7 +147,7 @@ def test_refusal_names_a_missing_feature_then_the_kernels_own_rules():
 
 
 class _VllmLike(KernelBase):
-    """vLLM's declared shape (convmatrix.kernels.vllm) without its library."""
+    """vLLM's declared shape (convmatrix.kernels.adapters.vllm) without its library."""
 
     name = "vllm_like"
     capabilities = Capabilities(

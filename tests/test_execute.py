@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from convmatrix.core.case import Case
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.reference import ReferenceKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.oracle.reference import ReferenceKernel
 from convmatrix.runners.execute import Context, build_inputs, run_case
 
 sys.path.insert(0, str(Path(__file__).parent / "resources" / "kernels"))
@@ -139,7 +139,7 @@ def test_chunk_consistency_splits_inside_a_sample_and_agrees_for_torch():
 def test_kernels_sharing_a_case_memo_record_what_they_record_alone(c):
     """The memo hands the second kernel the torch path of the first: every
     recorded number equals a run without it (the case's tensors depend on the case alone)."""
-    from convmatrix.kernels.registry import load
+    from convmatrix.kernels.interface.registry import load
     from convmatrix.runners.execute import CaseMemo
 
     memo = CaseMemo()

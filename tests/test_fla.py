@@ -20,9 +20,10 @@ import torch
 from test_tiled import _seq_idx, _stored_dtypes, assert_matches, make_problem, run_both
 
 from convmatrix.core import Case
-from convmatrix.kernels import ContractError, load, triton_interpreter
-from convmatrix.kernels.fla_triton import FlaKernel
-from convmatrix.kernels.reference import ReferenceKernel
+from convmatrix.kernels import ContractError, load
+from convmatrix.kernels.adapters import triton_interpreter
+from convmatrix.kernels.adapters.fla import FlaKernel
+from convmatrix.kernels.oracle.reference import ReferenceKernel
 from convmatrix.matrix import expand_matrix
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -124,7 +125,7 @@ print("ok", reason)
 def probe() -> dict:
     """``triton_interpreter.probe()`` in a fresh process (no workaround installed there)."""
     done = subprocess.run(
-        [sys.executable, "-m", "convmatrix.kernels.triton_interpreter", "--probe"],
+        [sys.executable, "-m", "convmatrix.kernels.adapters.triton_interpreter", "--probe"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from convmatrix.kernels import load
-from convmatrix.kernels.reference import reference_forward
+from convmatrix.kernels.oracle.reference import reference_forward
 
 # fp32 rounding of a K-term sum of O(1) products plus SiLU: the error is a few ulps of the
 # data scale (~1e-7 relative); 2e-5 absolute on O(1)..O(10) values leaves 10-100x headroom

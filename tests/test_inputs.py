@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from convmatrix.core.case import Case
-from convmatrix.kernels.reference import conv_forward
+from convmatrix.kernels.oracle.reference import conv_forward
 from convmatrix.runners.inputs import (
     GUARD,
     build_forward,

@@ -166,3 +166,12 @@ def test_commands_that_touch_no_tensor_never_import_torch(argv, tmp_path):
     )
     line = next(x for x in done.stdout.splitlines() if x.startswith("IMPORTED:"))
     assert line == "IMPORTED:", f"convmatrix {' '.join(argv)} imported {line[9:]}"
+
+
+def test_kernels_are_sorted_by_role_with_few_modules_at_the_top():
+    # oracle, interface, builtin, adapters, doubles: a reader finds a kernel by what it is for.
+    top = sorted(p.name for p in (PACKAGE / "kernels").iterdir() if p.suffix == ".py" or (
+        p.is_dir() and (p / "__init__.py").exists()
+    ))  # fmt: skip
+    assert len(top) <= 10, top
+    assert {"oracle", "interface", "builtin", "adapters", "doubles"} <= set(top)

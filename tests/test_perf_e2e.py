@@ -3,7 +3,7 @@
 Real processes, real xdist workers, a real SQLite file. The kernel is ``timing_kernels:Busy``
 (tests/resources/kernels): the torch path plus CPU time spun in proportion to its work, so its
 timings hardly move between runs whatever else the machine does, and its 1.5x-slowed twin
-(``convmatrix.kernels.slowed``) is 1.5x slower by construction. The assertions are about the
+(``convmatrix.kernels.doubles.slowed``) is 1.5x slower by construction. The assertions are about the
 detector's decisions and the recorded structure, never about a duration. The built-in perf
 matrix with the real ``tiled`` kernel runs two of its cases.
 """
@@ -24,7 +24,7 @@ from convmatrix.runners.timing.perfmodel import work_of
 pytestmark = pytest.mark.slow  # real convmatrix processes, about 2.5 minutes together
 
 PERF_TINY = RESOURCES / "matrices" / "perf_tiny.matrix.yaml"
-SLOWED = "convmatrix.kernels.slowed:make(base=timing_kernels:Busy,percent=150)"
+SLOWED = "convmatrix.kernels.doubles.slowed:make(base=timing_kernels:Busy,percent=150)"
 
 
 @pytest.fixture(scope="module")

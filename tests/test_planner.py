@@ -10,7 +10,7 @@ import pytest
 
 from convmatrix.cli import main
 from convmatrix.core.errors import UsageError
-from convmatrix.kernels.planner import (
+from convmatrix.kernels.builtin.planner import (
     backward_buffers,
     forward_buffers,
     geometry_for_budget,

@@ -20,7 +20,7 @@ from convmatrix.runners.store import MemoryStore
 TINY = Path(__file__).parent / "resources" / "matrices" / "tiny.matrix.yaml"
 
 KERNEL_SOURCE = """
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 
 
 class Kernel(TorchKernel):

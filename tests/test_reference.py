@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from convmatrix.kernels import ContractError
-from convmatrix.kernels.reference import ReferenceKernel, conv_forward, reference_forward
-from convmatrix.kernels.selfcheck import run_selfcheck, vectorised_vs_scalar
+from convmatrix.kernels.oracle.reference import ReferenceKernel, conv_forward, reference_forward
+from convmatrix.kernels.oracle.selfcheck import run_selfcheck, vectorised_vs_scalar
 
 F64 = torch.float64
 

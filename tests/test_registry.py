@@ -24,7 +24,7 @@ def test_module_attr_spec_accepts_object_class_and_factory(tmp_path, monkeypatch
     (tmp_path / "my_kernels.py").write_text(
         textwrap.dedent(
             """
-            from convmatrix.kernels.framework import TorchKernel
+            from convmatrix.kernels.builtin.framework import TorchKernel
 
             class Renamed(TorchKernel):
                 name = "mine"
@@ -47,7 +47,7 @@ def test_module_attr_spec_accepts_object_class_and_factory(tmp_path, monkeypatch
         ("nonesuch", "unknown kernel 'nonesuch'"),
         ("no_such_module_xyz:k", "cannot import 'no_such_module_xyz'"),
         ("convmatrix.kernels:nothing_here", "has no attribute 'nothing_here'"),
-        ("convmatrix.kernels.protocol:Geometry", "is not a kernel"),
+        ("convmatrix.kernels.interface.protocol:Geometry", "is not a kernel"),
     ],
 )
 def test_bad_specs_say_what_was_tried(spec, message):
@@ -76,3 +76,19 @@ def test_selfcheck_command_exits_zero_and_prints_each_check():
     assert len(checks) >= 7
     assert all("max|diff|" in line for line in checks)
     assert lines[-1] == f"{len(checks)} passed, 0 failed"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("convmatrix.kernels.mlu_vllm:standin", "convmatrix.kernels.adapters.mlu_vllm:standin"),
+        ("convmatrix.kernels.tiled:make(T=32)", "convmatrix.kernels.builtin.tiled:make(T=32)"),
+        ("convmatrix.kernels.framework:TorchKernel", "torch"),
+    ],
+)
+def test_specs_naming_a_kernel_module_before_kernels_was_sorted_still_load(old, new):
+    # Specs typed by people, stored with runs for --resume, or left in an older install's
+    # entry points name the modules where they were before kernels/ got its subpackages.
+    before, after = load(old), load(new)
+    assert type(before) is type(after)
+    assert before.name == after.name

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from convmatrix.core.case import Case
-from convmatrix.kernels.corecall import CoreArgs
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.protocol import KernelBase
-from convmatrix.kernels.reference import ReferenceKernel
-from convmatrix.kernels.tiled import TiledKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.builtin.tiled import TiledKernel
+from convmatrix.kernels.interface.corecall import CoreArgs
+from convmatrix.kernels.interface.protocol import KernelBase
+from convmatrix.kernels.oracle.reference import ReferenceKernel
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.inputs import build_forward, build_update
 from convmatrix.runners.timing.cases import measure_interleaved, time_case

@@ -24,9 +24,9 @@ from convmatrix.cli import main
 from convmatrix.core.case import Case
 from convmatrix.db import open_database
 from convmatrix.db.models import Run
-from convmatrix.kernels.registry import KernelSpecError, load
-from convmatrix.kernels.seeded import CATALOGUE, DIMENSIONS, base_case
-from convmatrix.kernels.tiled import TiledKernel
+from convmatrix.kernels.builtin.tiled import TiledKernel
+from convmatrix.kernels.doubles.seeded import CATALOGUE, DIMENSIONS, base_case
+from convmatrix.kernels.interface.registry import KernelSpecError, load
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.matrix.errors import MatrixError
 from convmatrix.reports.adequacy import CaseRow, minimize

@@ -9,7 +9,7 @@ import pytest
 from runner_helpers import LIMIT_S, child_env, convmatrix_cmd, results, runs
 
 from convmatrix.core.errors import UsageError
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.runners.shards import parse_shard
 from convmatrix.runners.store import Shard
 from convmatrix.runners.workload import load_workload

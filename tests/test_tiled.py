@@ -15,8 +15,8 @@ import torch
 
 from convmatrix.core.tolerances import Tolerances
 from convmatrix.kernels import ContractError, load
-from convmatrix.kernels.reference import reference_forward
-from convmatrix.kernels.tiled import TiledKernel
+from convmatrix.kernels.builtin.tiled import TiledKernel
+from convmatrix.kernels.oracle.reference import reference_forward
 
 OUTPUTS = ("y", "F", "dx", "dw", "db", "dS")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

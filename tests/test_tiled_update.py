@@ -8,9 +8,9 @@ from test_tiled import SMALL, assert_matches, make_problem
 
 from convmatrix.core.errors import UsageError
 from convmatrix.kernels import load
-from convmatrix.kernels.reference import ReferenceKernel, reference_forward
-from convmatrix.kernels.tiled import ENV_VAR, TiledKernel, make, parse_geometry
-from convmatrix.kernels.tiled.geometry import geometry_from_env
+from convmatrix.kernels.builtin.tiled import ENV_VAR, TiledKernel, make, parse_geometry
+from convmatrix.kernels.builtin.tiled.geometry import geometry_from_env
+from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
 
 # (tokens, state_len, ring, slots): one token, several, a state longer than K-1, ring writes
 # that wrap (start near S, and more tokens than S), continuous batching with a pad slot.
@@ -81,7 +81,7 @@ def test_token_by_token_updates_equal_the_full_forward():
 def test_geometry_spec_forms():
     assert parse_geometry("T=128, C_t=16, vec=8, P=2").time_tile == 128
     assert parse_geometry("time_tile=8,channel_tile=4,vector_width=4").channel_tile == 4
-    kernel = load("convmatrix.kernels.tiled:make(T=128,P=2)")
+    kernel = load("convmatrix.kernels.builtin.tiled:make(T=128,P=2)")
     assert kernel.capabilities.geometry.symbols() == {"tile": 128, "ctile": 32, "vec": 8, "P": 2}
     assert kernel.name == "tiled(T=128,C_t=32,vec=8,P=2)"
     assert TiledKernel(C_t=16, vec=16).geometry.vector_width == 16

@@ -1,6 +1,6 @@
 """The ``vllm`` adapter on a machine without vLLM or a GPU: availability, its declared contract,
-the stand-in of vLLM's API (convmatrix.kernels.vllm_standin) following the conventions read in
-vLLM's source, and the adapter's translation against it.
+the stand-in of vLLM's API (convmatrix.kernels.doubles.vllm_standin) following the conventions read
+in vLLM's source, and the adapter's translation against it.
 
 Numeric checks reuse test_tiled's judge: the (dtype, output) tolerance rows against the
 float64 reference from the same rounded inputs (fp32: ~1.9e-6 relative); state copies bit for
@@ -17,9 +17,9 @@ from test_tiled import assert_matches, make_problem
 
 from convmatrix.core.case import Case
 from convmatrix.kernels import ContractError, load
-from convmatrix.kernels.reference import ReferenceKernel, reference_forward
-from convmatrix.kernels.vllm import NULL_BLOCK_ID, VllmKernel, standin
-from convmatrix.kernels.vllm_standin import causal_conv1d_update
+from convmatrix.kernels.adapters.vllm import NULL_BLOCK_ID, VllmKernel, standin
+from convmatrix.kernels.doubles.vllm_standin import causal_conv1d_update
+from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.runners.execute import Context, run_case
 
@@ -41,7 +41,7 @@ def test_declared_contract():
     assert {"backward", "ring_buffer"}.isdisjoint(caps.features)
     assert (str(caps.state_lens), caps.final_state) == ("S == K-1", "per_sequence")
     assert caps.inplace_y == {"update"} and caps.pad_slot_id == NULL_BLOCK_ID == 0
-    assert load("convmatrix.kernels.vllm:pad_minus_one").capabilities.pad_slot_id == -1
+    assert load("convmatrix.kernels.adapters.vllm:pad_minus_one").capabilities.pad_slot_id == -1
     update = Case("t", "update", 5, 16, 2, tokens=3, steps=1, state_len=4)
     assert caps.contract_violation(update) is None  # width 5: the update's, not the forward's
     assert "S == K-1" in caps.contract_violation(dataclasses.replace(update, state_len=5))

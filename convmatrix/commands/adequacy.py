@@ -2,7 +2,7 @@
 
 Runs the base kernel (``tiled`` by default) through M, refuses when it does not pass every
 case (a bug "killed" by a case the base fails is no kill), then runs every seeded-bug kernel
-of ``convmatrix.kernels.seeded`` through M: the same runner and the same database, one run
+of ``convmatrix.kernels.doubles.seeded`` through M: the same runner and the same database, one run
 per bug (kernel ``seeded:NAME``, label ``adequacy NAME``). ``-n N`` runs N bugs at once, each
 in a process of its own. The kill matrix is printed and written as HTML and JSON beside the
 other reports; ``--minimize`` also writes the smallest case set found that kills the same
@@ -53,7 +53,7 @@ class _Done:
 def _run_job(job: _Job) -> _Done:
     """One run, in this process, its own output swallowed (the kill matrix is the report)."""
     from convmatrix.api import run
-    from convmatrix.kernels.tiled import ENV_VAR
+    from convmatrix.kernels.builtin.tiled import ENV_VAR
 
     if job.geometry is not None:
         os.environ[ENV_VAR] = job.geometry
@@ -78,7 +78,7 @@ def _run_all(jobs: Sequence[_Job], workers: int) -> list[_Done]:
 
 
 def _bug_names(spec: str | None) -> list[str]:
-    from convmatrix.kernels.seeded import CATALOGUE
+    from convmatrix.kernels.doubles.seeded import CATALOGUE
     from convmatrix.matrix.errors import did_you_mean
 
     if not spec:
@@ -93,9 +93,9 @@ def _bug_names(spec: str | None) -> list[str]:
 def _base_geometry(base: str) -> str | None:
     """The base's geometry as ``CONVMATRIX_TILED_GEOMETRY`` text (None: the default one); the
     seeded kernels are ``tiled`` variants, so the base must be a ``tiled`` kernel."""
-    from convmatrix.kernels.registry import load
-    from convmatrix.kernels.seeded import SeededKernel
-    from convmatrix.kernels.tiled import DEFAULT_GEOMETRY, TiledKernel
+    from convmatrix.kernels.builtin.tiled import DEFAULT_GEOMETRY, TiledKernel
+    from convmatrix.kernels.doubles.seeded import SeededKernel
+    from convmatrix.kernels.interface.registry import load
 
     kernel = load(base)
     if not isinstance(kernel, TiledKernel) or isinstance(kernel, SeededKernel):
@@ -111,7 +111,7 @@ def _base_geometry(base: str) -> str | None:
 def _sample_ids(matrix: str, base: str, sample: int | None) -> tuple[str, ...]:
     if sample is None:
         return ()
-    from convmatrix.kernels.registry import load
+    from convmatrix.kernels.interface.registry import load
     from convmatrix.matrix import expand_matrix, load_matrix
 
     if sample < 1:
@@ -167,7 +167,7 @@ def _build_view(matrix: str, base: str, base_done: _Done, done: dict, db: str, s
 
     from convmatrix.db import load_results, open_database
     from convmatrix.db.engine import redact_url
-    from convmatrix.kernels.seeded import CATALOGUE
+    from convmatrix.kernels.doubles.seeded import CATALOGUE
     from convmatrix.reports.adequacy import BugInfo, build_adequacy_view
 
     engine = open_database(db)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from convmatrix.kernels.registry import list_kernels
+from convmatrix.kernels.interface.registry import list_kernels
 
 
 def list_kernels_command(seeded: bool = False) -> int:
@@ -15,7 +15,7 @@ def list_kernels_command(seeded: bool = False) -> int:
     for info in infos:
         print(f"{info.name:<{width}}  {info.status}  ({info.target})")
     if seeded:
-        from convmatrix.kernels.seeded import CATALOGUE
+        from convmatrix.kernels.doubles.seeded import CATALOGUE
 
         print(f"\n{len(CATALOGUE)} seeded bugs:")
         for name, cls in CATALOGUE.items():

@@ -4,7 +4,7 @@
 
 Forward and backward are ranked separately (the backward needs larger buffers, seed ch. 8);
 the off-chip dw/db workspace of P partial groups is printed once. See
-``convmatrix.kernels.planner`` for the formulas.
+``convmatrix.kernels.builtin.planner`` for the formulas.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from convmatrix.core.errors import UsageError
-from convmatrix.kernels.planner import (
+from convmatrix.kernels.builtin.planner import (
     DTYPE_BYTES,
     TileCost,
     parse_dtypes,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from convmatrix.kernels.selfcheck import run_selfcheck
+from convmatrix.kernels.oracle.selfcheck import run_selfcheck
 
 
 def selfcheck() -> int:

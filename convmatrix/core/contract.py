@@ -247,7 +247,7 @@ class Capabilities:
 class DeclaredKernel(Protocol):
     """What the matrix needs of a kernel to expand cases for it: its name, its declared
     geometry (``capabilities.geometry`` resolves ``tile+1``...) and its contract. Every kernel
-    (``convmatrix.kernels.protocol.Kernel``) is one."""
+    (``convmatrix.kernels.interface.protocol.Kernel``) is one."""
 
     name: str
     capabilities: Capabilities

@@ -1,13 +1,15 @@
-"""Kernels under test, the float64 oracle and the framework path (docs/spec.md §2).
+"""Kernels under test and the float64 oracle they are judged against (docs/spec.md §2), by role:
 
-- ``protocol``: what a kernel implements (``Kernel``, ``KernelBase``); its declared contract
-  (``Capabilities``, ``Geometry``, ``StateLens``, ``ContractError``) is plain data in
-  ``convmatrix.core``;
-- ``registry``: kernels by name (entry points ``convmatrix.kernels``) or module:attribute;
-- ``reference`` (the float64 oracle), ``framework`` (the ``torch`` path), ``tiled`` (the
-  seed's MLU design), adapters (``dao``, ``mlu_vllm``, ``mlu_fla``) and helpers.
+- ``oracle``: the float64 reference, a scalar reference, the semantics' contracts, selfcheck;
+- ``interface``: what a kernel implements (``Kernel``, ``KernelBase``) and the registry that
+  finds kernels by name (entry points ``convmatrix.kernels``) or ``package.module:attribute``;
+  a kernel's declared contract (``Capabilities``, ``Geometry``, ``ContractError``) is plain
+  data in ``convmatrix.core``;
+- ``builtin``: the framework path ``torch``, ``tiled`` (the seed's MLU design), the planner;
+- ``adapters``: real libraries (Dao, fla, vLLM, torch_mlu_ops);
+- ``doubles``: seeded bugs, precision defects, slowed kernels, library stand-ins.
 
-Names are imported on first use, so that light modules here (``planner``) stay free of torch.
+Names are imported on first use, so that light modules (``builtin.planner``) stay free of torch.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ _LAZY = {
     "Capabilities": "convmatrix.core.contract",
     "ContractError": "convmatrix.core.contract",
     "Geometry": "convmatrix.core.contract",
-    "CoreArgs": "convmatrix.kernels.corecall",
-    "Kernel": "convmatrix.kernels.protocol",
-    "KernelBase": "convmatrix.kernels.protocol",
-    "KernelSpecError": "convmatrix.kernels.registry",
+    "CoreArgs": "convmatrix.kernels.interface.corecall",
+    "Kernel": "convmatrix.kernels.interface.protocol",
+    "KernelBase": "convmatrix.kernels.interface.protocol",
+    "KernelSpecError": "convmatrix.kernels.interface.registry",
     "StateLens": "convmatrix.core.contract",
-    "list_kernels": "convmatrix.kernels.registry",
-    "load": "convmatrix.kernels.registry",
+    "list_kernels": "convmatrix.kernels.interface.registry",
+    "load": "convmatrix.kernels.interface.registry",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

@@ -31,7 +31,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BugInfo:
-    """A seeded bug's metadata (``convmatrix.kernels.seeded.Bug``, as plain data)."""
+    """A seeded bug's metadata (``convmatrix.kernels.doubles.seeded.Bug``, as plain data)."""
 
     name: str
     bug_class: str

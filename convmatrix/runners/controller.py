@@ -26,7 +26,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.devices import discover, resolve_device
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
-from convmatrix.kernels.registry import KernelSpecError, load
+from convmatrix.kernels.interface.registry import KernelSpecError, load
 from convmatrix.runners.execute import Context
 from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity

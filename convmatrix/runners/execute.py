@@ -21,7 +21,7 @@ from convmatrix.core.contract import Capabilities, ContractError
 from convmatrix.core.records import CaseResult
 from convmatrix.core.tolerances import OUTPUTS, PARAM_GRADS, Policy, Tolerances
 from convmatrix.core.verdict import judge_output, outcome_of, tolerance_for
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.bounds import bound_of, bound_usage
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update

@@ -18,13 +18,13 @@ import torch
 
 from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
-from convmatrix.kernels.reference import (
+from convmatrix.kernels.oracle.reference import (
     backward_magnitudes,
     conv_backward,
     conv_forward,
     forward_magnitudes,
 )
-from convmatrix.kernels.semantics import decode_prefix, pool_rows, write_decode_state
+from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows, write_decode_state
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
 
 __all__ = [

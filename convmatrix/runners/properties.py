@@ -30,7 +30,11 @@ from convmatrix.core.dtypes import UNIT_ROUNDOFF
 from convmatrix.core.records import PropertyResult
 from convmatrix.core.tolerances import Policy
 from convmatrix.core.verdict import judged_dtype
-from convmatrix.kernels.reference import backward_magnitudes, conv_forward, forward_magnitudes
+from convmatrix.kernels.oracle.reference import (
+    backward_magnitudes,
+    conv_forward,
+    forward_magnitudes,
+)
 from convmatrix.runners.applicability import not_applicable, refused_call, split_point
 from convmatrix.runners.bounds import bound_of, bound_usage
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, place

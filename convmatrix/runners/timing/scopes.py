@@ -1,7 +1,7 @@
 """The three timing scopes of docs/spec.md §5, as zero-argument callables over a case's tensors.
 
 - ``kernel``: the adapter's core on inputs already in its layout (``kernel.core_call``, see
-  ``convmatrix.kernels.corecall``). A kernel without one is timed by its public call on
+  ``convmatrix.kernels.interface.corecall``). A kernel without one is timed by its public call on
   contiguous copies under the scope ``kernel~op``, so it is never compared with a real core.
   For ``fwd_bwd`` also ``kernel.bwd``: the backward core alone.
 - ``op``: the public call from the case's canonical inputs (strided views, the case's dtypes),
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from convmatrix.core.case import Case
-from convmatrix.kernels.corecall import CoreArgs, core_call_of
+from convmatrix.kernels.interface.corecall import CoreArgs, core_call_of
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
 from convmatrix.runners.timing.perfmodel import Work, backward_work, work_of
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.protocol import FEATURES, Capabilities, ContractError
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.interface.protocol import FEATURES, Capabilities, ContractError
 
 # The sequence length that triggers the one-case defects (abort, hang).
 TRIGGER_SEQLEN = 7

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.protocol import FEATURES, STATE_LEN_K, Capabilities, ContractError
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.interface.protocol import FEATURES, STATE_LEN_K, Capabilities, ContractError
 
 # FailsOnShortCalls raises on forward calls shorter than this many tokens.
 SHORT = 12

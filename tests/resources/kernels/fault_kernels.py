@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 
 SURROGATE = b"path \xff".decode("utf-8", "surrogateescape")
 HUGE = 1_000_000  # characters of the huge message

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.protocol import Capabilities, Geometry
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.interface.protocol import Capabilities, Geometry
 
 TILE = 8
 

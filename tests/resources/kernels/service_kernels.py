@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 
 
 def _state() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from convmatrix.kernels.framework import TorchKernel
+from convmatrix.kernels.builtin.framework import TorchKernel
 
 DELAY_S = float(os.environ.get("CONVMATRIX_SLOW_DELAY_S", "0.15"))
 

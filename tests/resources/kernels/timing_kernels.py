@@ -2,8 +2,8 @@
 
 Import them as ``--kernel timing_kernels:NAME`` with this directory on ``PYTHONPATH``.
 ``Busy`` is the ``torch`` framework path plus a fixed amount of the timing clock per call,
-proportional to its work (``convmatrix.kernels.slowed.spend``: spun on the process CPU clock,
-so the machine's other load does not change it): its timings are the same in every run up to
+proportional to its work (``convmatrix.kernels.doubles.slowed.spend``: spun on the process CPU
+clock, so the machine's other load does not change it): its timings are the same in every run up to
 the framework path's own small share, which is what makes A/A and 1.5x decisions testable
 without asserting any wall-clock time. Its backward spends the same again.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from convmatrix.kernels.corecall import CoreArgs, CoreCall
-from convmatrix.kernels.framework import TorchKernel
-from convmatrix.kernels.protocol import Capabilities, Geometry
-from convmatrix.kernels.slowed import spend
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.doubles.slowed import spend
+from convmatrix.kernels.interface.corecall import CoreArgs, CoreCall
+from convmatrix.kernels.interface.protocol import Capabilities, Geometry
 
 SECONDS_PER_ELEMENT = 4e-6  # 4 ms per 1000 outputs: far above the torch path's own cost here
 

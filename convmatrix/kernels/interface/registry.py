@@ -1,0 +1,193 @@
+"""Finding kernels: registered names (entry-point group ``convmatrix.kernels``) or
+``package.module:attribute`` specs, resolved to kernel objects.
+
+An entry point or attribute may be a kernel object, a kernel class, or a zero-argument factory.
+Loading never imports a device runtime at registry time: adapters import lazily and answer
+``availability()`` with the reason they cannot run here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from convmatrix.kernels.interface.protocol import Kernel
+
+__all__ = ["KernelInfo", "KernelSpecError", "list_kernels", "load"]
+
+GROUP = "convmatrix.kernels"
+
+# Built-ins resolved without package metadata, so a source checkout works uninstalled too.
+_BUILTIN = {
+    "reference": "convmatrix.kernels.oracle.reference:ReferenceKernel",
+    "torch": "convmatrix.kernels.builtin.framework:TorchKernel",
+    "tiled": "convmatrix.kernels.builtin.tiled:TiledKernel",
+    "tiled-small": "convmatrix.kernels.builtin.tiled:small",
+    "dao": "convmatrix.kernels.adapters.dao:DaoKernel",
+    "mlu_vllm": "convmatrix.kernels.adapters.mlu_vllm:MluVllmKernel",
+    "mlu_fla": "convmatrix.kernels.adapters.mlu_fla:MluFlaKernel",
+    "fla": "convmatrix.kernels.adapters.fla:FlaKernel",
+    "vllm": "convmatrix.kernels.adapters.vllm:VllmKernel",
+}
+
+
+class KernelSpecError(LookupError):
+    """A --kernel SPEC names nothing loadable; the message says what was tried."""
+
+
+def _registered() -> dict[str, str]:
+    found = dict(_BUILTIN)
+    for ep in entry_points(group=GROUP):
+        found[ep.name] = ep.value
+    return found
+
+
+MAX_NAME = 200  # runs.kernel is a varchar(200)
+
+
+def _factory(obj: Any) -> bool:
+    """Whether ``obj`` may be called to make the kernel: a class with ``forward``, or a Python
+    function outside the standard library taking no required argument. Anything else a spec
+    names (``os:system``, ``os:abort``) is never called."""
+    if isinstance(obj, type):
+        return hasattr(obj, "forward")
+    if not inspect.isfunction(obj):
+        return False
+    top = (obj.__module__ or "").split(".")[0]
+    if top in sys.stdlib_module_names:
+        return False
+    try:
+        inspect.signature(obj).bind()
+    except TypeError:
+        return False
+    return True
+
+
+def _instantiate(obj: Any, spec: str) -> Kernel:
+    if _factory(obj):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise KernelSpecError(
+                f"{spec!r}: making the kernel raised {type(exc).__name__}: {exc}"
+            ) from exc
+    if not isinstance(obj, Kernel):
+        raise KernelSpecError(
+            f"{spec!r} is not a kernel: it needs name, capabilities, forward, update, "
+            "availability and contract_violation (see convmatrix.kernels.KernelBase)"
+        )
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME or "\x00" in name:
+        shown = repr(name)[:60]
+        raise KernelSpecError(
+            f"{spec!r}: the kernel's name must be text of 1 to {MAX_NAME} characters "
+            f"without NUL (the database column), got {shown}"
+        )
+    return obj
+
+
+# Where the kernel modules lived before ``kernels/`` was sorted by role: specs people typed
+# (``convmatrix.kernels.slowed:make(...)``), runs stored for ``--resume`` and entry points of an
+# older install still name them.
+MOVED_MODULES = {
+    f"convmatrix.kernels.{old}": f"convmatrix.kernels.{new}"
+    for old, new in {
+        "reference": "oracle.reference",
+        "scalar": "oracle.scalar",
+        "semantics": "oracle.semantics",
+        "selfcheck": "oracle.selfcheck",
+        "protocol": "interface.protocol",
+        "registry": "interface.registry",
+        "corecall": "interface.corecall",
+        "framework": "builtin.framework",
+        "tiled": "builtin.tiled",
+        "planner": "builtin.planner",
+        "dao": "adapters.dao",
+        "fla_triton": "adapters.fla",
+        "vllm": "adapters.vllm",
+        "vllm_style": "adapters.vllm_style",
+        "mlu_vllm": "adapters.mlu_vllm",
+        "mlu_fla": "adapters.mlu_fla",
+        "mlu_ops": "adapters.mlu_ops",
+        "triton_interpreter": "adapters.triton_interpreter",
+        "seeded": "doubles.seeded",
+        "defects": "doubles.defects",
+        "slowed": "doubles.slowed",
+        "mlu_standin": "doubles.mlu_standin",
+        "vllm_standin": "doubles.vllm_standin",
+    }.items()
+}
+
+
+def _import_attr(target: str, spec: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    module_name = MOVED_MODULES.get(module_name, module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise KernelSpecError(f"cannot import {module_name!r} for kernel {spec!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise KernelSpecError(f"{module_name!r} has no attribute {attr!r}") from exc
+    return obj
+
+
+SEEDED_PREFIX = "seeded:"
+
+
+def load(spec: str) -> Kernel:
+    """A kernel from a registered name, ``seeded:NAME`` (a seeded-bug kernel of
+    ``convmatrix.kernels.doubles.seeded``) or ``package.module:attr`` (object, class or factory)."""
+    if spec.startswith(SEEDED_PREFIX):
+        from convmatrix.kernels.doubles import seeded
+
+        try:
+            return seeded.load(spec)
+        except Exception as exc:
+            raise KernelSpecError(str(exc)) from None
+    registered = _registered()
+    if spec in registered:
+        return _instantiate(_import_attr(registered[spec], spec), spec)
+    if ":" in spec:
+        return _instantiate(_import_attr(spec, spec), spec)
+    raise KernelSpecError(
+        f"unknown kernel {spec!r}: registered kernels are {', '.join(sorted(registered))}; "
+        "or give package.module:attribute"
+    )
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    target: str
+    status: str  # "available" or "unavailable: <reason>"
+
+
+def list_kernels(seeded: bool = False) -> list[KernelInfo]:
+    """Every registered kernel with its availability on this machine; with ``seeded`` the
+    seeded-bug kernels too (``seeded:NAME``)."""
+    infos = []
+    targets = sorted(_registered().items())
+    if seeded:
+        from convmatrix.kernels.doubles.seeded import CATALOGUE
+
+        targets += [
+            (SEEDED_PREFIX + name, f"{cls.__module__}:{cls.__name__}")
+            for name, cls in CATALOGUE.items()
+        ]
+    for name, target in targets:
+        try:
+            reason = load(name).availability()
+        except Exception as exc:  # a broken plugin must not hide the others
+            reason = f"{type(exc).__name__}: {exc}"
+        infos.append(
+            KernelInfo(name, target, "available" if reason is None else f"unavailable: {reason}")
+        )
+    return infos
