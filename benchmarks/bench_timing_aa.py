@@ -29,10 +29,10 @@ import tempfile
 import time
 from dataclasses import replace
 
+from convmatrix.compare.timing.history import HistoryRule, history_regressions
+from convmatrix.compare.timing.pairs import compare_timings
+from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.db import Session, list_runs, load_results, open_database
-from convmatrix.runners.timing.compare import compare_timings
-from convmatrix.runners.timing.history import HistoryRule, history_regressions
-from convmatrix.runners.timing.rules import TimingRule
 
 Timings = dict[str, list]
 

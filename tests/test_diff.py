@@ -12,9 +12,11 @@ from reports_support import synthetic_results, tile_plus_one_channel_last, write
 from test_report_view import header
 
 from convmatrix.cli import main
+from convmatrix.compare.errors import ErrorRule, default_floor, growth
+from convmatrix.compare.runs import DiffOptions
 from convmatrix.core.records import CaseResult
 from convmatrix.db import open_database
-from convmatrix.reports.diff import DiffOptions, build_diff, default_floor, growth
+from convmatrix.reports.diff import build_diff
 
 
 def _three_runs(url: str, engine):
@@ -155,10 +157,10 @@ def test_error_regression_needs_the_factor_and_the_noise_floor(fp32_case):
     worse = _with_y(fp32_case, 1e-4, 2e-5)
     assert _regressions(base, worse) == [("y", ["e_rel", "e_norm"])]
     # Configurable: a floor above the new values, per dtype or for all, or a larger factor.
-    assert _regressions(base, worse, DiffOptions(floor=1e-3)) == []
-    assert _regressions(base, worse, DiffOptions(floors={"float32": 1e-3})) == []
-    assert _regressions(base, worse, DiffOptions(floors={"bfloat16": 1e-3})) != []
-    assert _regressions(base, worse, DiffOptions(factor=2000.0)) == []
+    assert _regressions(base, worse, DiffOptions(ErrorRule(floor=1e-3))) == []
+    assert _regressions(base, worse, DiffOptions(ErrorRule(floors={"float32": 1e-3}))) == []
+    assert _regressions(base, worse, DiffOptions(ErrorRule(floors={"bfloat16": 1e-3}))) != []
+    assert _regressions(base, worse, DiffOptions(ErrorRule(factor=2000.0))) == []
     # The other way round it is an improvement, not a regression.
     view = build_diff(header(), [worse], header(), [base])
     assert view.error_regressions == [] and [e.output for e in view.error_improvements] == ["y"]

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from convmatrix.compare.timing.pairs import compare_timings, mann_whitney_u
+from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.core.records import TimingResult
-from convmatrix.runners.timing.compare import compare_timings, mann_whitney_u
-from convmatrix.runners.timing.rules import TimingRule
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

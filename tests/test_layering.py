@@ -20,7 +20,7 @@ import pytest
 import convmatrix
 
 PACKAGE = Path(convmatrix.__file__).parent
-LAYERS = ("core", "matrix", "kernels", "runners", "db", "reports", "service", "commands")
+LAYERS = ("core", "compare", "matrix", "kernels", "runners", "db", "reports", "service", "commands")
 TOP = len(LAYERS) - 1  # the command layer: commands, cli, api, __main__ and the root
 
 

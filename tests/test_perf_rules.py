@@ -14,11 +14,11 @@ import random
 
 import pytest
 
+from convmatrix.compare.timing.history import HistoryRule, history_regressions
+from convmatrix.compare.timing.pairs import compare_timings
+from convmatrix.compare.timing.pooled import EXACT_MAX_N, signed_rank_test
+from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.core.records import TimingResult
-from convmatrix.runners.timing.compare import compare_timings
-from convmatrix.runners.timing.history import HistoryRule, history_regressions
-from convmatrix.runners.timing.pooled import EXACT_MAX_N, signed_rank_test
-from convmatrix.runners.timing.rules import TimingRule
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

@@ -53,7 +53,7 @@ def served(tmp_path_factory):
     for n in (2, 3):
         run = write_run(engine, synthetic_results(60, bug=bug, timed_every=3), commit=str(n) * 40)
         with write_session(engine) as session:
-            scan_run(session, run, url=url)
+            scan_run(session, run)
     engine.dispose()
     assert main(["report", "2", "--db", url, "--out", str(out)]) == 1
     assert main(["diff", "1", "2", "--db", url, "--out", str(out / "diff.html")]) == 0

@@ -17,8 +17,12 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
+from convmatrix.compare.errors import ErrorRule
+from convmatrix.compare.runs import FAIL_ON, DiffOptions
+from convmatrix.compare.timing.history import HistoryRule, TimingHistory, history_regressions
+from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.core.errors import UsageError
-from convmatrix.reports.diff import FAIL_ON, DiffOptions, DiffView, build_diff, summary_text
+from convmatrix.reports.diff import DiffView, build_diff, diff_text
 from convmatrix.reports.render import write_report
 from convmatrix.reports.source import (
     LoadedRun,
@@ -27,8 +31,6 @@ from convmatrix.reports.source import (
     open_for_reading,
     previous_run,
 )
-from convmatrix.runners.timing.history import HistoryRule, TimingHistory, history_regressions
-from convmatrix.runners.timing.rules import TimingRule
 
 __all__ = ["add_arguments", "diff_command", "diff_runs"]
 
@@ -108,7 +110,7 @@ def diff_command(args: argparse.Namespace) -> int:
     floor, floors = _floors(args.floor)
     control = None if args.timing_control == "none" else args.timing_control
     options = DiffOptions(
-        factor=args.factor, floor=floor, floors=floors,
+        errors=ErrorRule(factor=args.factor, floor=floor, floors=floors),
         timing=TimingRule(ratio=args.timing_ratio, alpha=args.timing_alpha, control=control),
     )  # fmt: skip
     history = None
@@ -124,7 +126,7 @@ def diff_command(args: argparse.Namespace) -> int:
     if view is None:
         print(f"diff: no earlier run of the kernel of run {head!r} to compare with")
         return 0
-    print(summary_text(view))
+    print(diff_text(view))
     if args.out is not None:
         html, data = write_report(view, args.out)
         print(f"diff report: {html} (data: {data})")
@@ -151,7 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"exit 1 when this holds: {', '.join(FAIL_ON)} (repeat or comma-separate)",
     )  # fmt: skip
     parser.add_argument(
-        "--factor", type=float, default=DiffOptions.factor,
+        "--factor", type=float, default=ErrorRule.factor,
         help="error regression: e_rel or e_norm grew by more than this (default 2.0)",
     )  # fmt: skip
     parser.add_argument(

@@ -35,8 +35,8 @@ def import_command(args: argparse.Namespace) -> int:
     print(f"import: runs {', '.join(map(str, imported)) or 'none'}")
     if not args.no_scan:
         for run_id in imported:
-            with writing(args.db) as (session, url):
-                scan = scan_run(session, run_id, url=url)
+            with writing(args.db) as (session, _):
+                scan = scan_run(session, run_id)
             print(f"  run {run_id}: {len(scan.new)} new regressions, {len(scan.fixed)} fixed")
     return 0
 

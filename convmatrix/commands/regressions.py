@@ -42,8 +42,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    with writing(args.db) as (session, url):
-        scan = scan_run(session, args.run, url=url)
+    with writing(args.db) as (session, _):
+        scan = scan_run(session, args.run)
     print(
         f"run {scan.run_id} against {scan.baseline_id or 'no earlier run'}: "
         f"{len(scan.new)} new, {len(scan.kept)} known, {len(scan.fixed)} fixed"

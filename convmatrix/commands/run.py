@@ -38,7 +38,7 @@ def _after_run(args: argparse.Namespace, run_id: int, exit_code: int, status: st
     from convmatrix.service.store import writing
 
     with writing(args.db) as (session, url):
-        scan = scan_run(session, run_id, url=url)
+        scan = scan_run(session, run_id)
     print(
         f"regressions: {len(scan.new)} new, {len(scan.kept)} already known, "
         f"{len(scan.fixed)} fixed (against run {scan.baseline_id or '-'})"

@@ -12,7 +12,6 @@ from __future__ import annotations
 from convmatrix.core.lazy import lazy_attributes
 
 __all__ = [
-    "DiffOptions",
     "DiffView",
     "HistoryView",
     "RunHeader",
@@ -20,17 +19,16 @@ __all__ = [
     "build_diff",
     "build_history_view",
     "build_run_view",
+    "diff_text",
     "render_html",
     "run_header",
-    "summary_text",
     "write_report",
 ]
 
 _LAZY = {
-    "DiffOptions": "convmatrix.reports.diff",
     "DiffView": "convmatrix.reports.diff",
     "build_diff": "convmatrix.reports.diff",
-    "summary_text": "convmatrix.reports.diff",
+    "diff_text": "convmatrix.reports.diff",
     "HistoryView": "convmatrix.reports.history_view",
     "build_history_view": "convmatrix.reports.history_view",
     "render_html": "convmatrix.reports.render",

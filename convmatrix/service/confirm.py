@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from convmatrix.compare.runs import DiffOptions
 from convmatrix.db.models import RegressionRow
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
-from convmatrix.reports.diff import DiffOptions
 from convmatrix.reports.viewmodel import RunHeader, run_header
 from convmatrix.service.regressions import (
     Regression,
-    diff_against,
+    compare_against,
     flagged_keys,
     list_regressions,
     set_state,
@@ -69,14 +69,13 @@ def judge_rerun(
     """(confirmed, flaky): each regression's key flagged again, or not, by the diff of its last
     good run against the rerun. The states are set, with events by ``confirm``."""
     options = options or DiffOptions()
-    rerun = resolve_run(session, rerun_id)
     results = load_results(session, rerun_id)
     flagged: dict[int | None, set] = {}
     confirmed, flaky = [], []
     for reg in regressions:
         if reg.last_good_run not in flagged:
             good = resolve_run(session, reg.last_good_run) if reg.last_good_run else None
-            view = diff_against(session, good, rerun, results, options, url)
+            view = compare_against(session, good, results, options)
             flagged[reg.last_good_run] = set(flagged_keys(view))
         again = reg.key in flagged[reg.last_good_run]
         state = "confirmed" if again else "flaky"

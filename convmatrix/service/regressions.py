@@ -1,7 +1,7 @@
 """Regressions as rows with a lifecycle: found by a scan of each run, closed by a later pass.
 
-A scan diffs a run against the previous comparable run (same kernel, matrix and device kind,
-not a confirm or bisect run) with the diff's own rules (``reports.diff.build_diff``): every new
+A scan compares a run with the previous comparable run (same kernel, matrix and device kind,
+not a confirm or bisect run) by the rules of ``compare.runs.compare_runs``: every new
 failure, error regression and timing regression is a key (case id, kind, output). A key that
 already has a regression which is not fixed is kept as it is (a nightly that keeps failing the
 same case reports it once); any other is inserted as ``detected``. A regression is closed by
@@ -21,13 +21,12 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
 from convmatrix.db.models import REGRESSION_STATES, RegressionEventRow, RegressionRow, utcnow
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
-from convmatrix.reports.diff import DiffOptions, DiffView, build_diff
 from convmatrix.reports.source import earlier_runs
-from convmatrix.reports.viewmodel import run_header
 
 __all__ = [
     "OPEN_STATES",
@@ -36,7 +35,7 @@ __all__ = [
     "RegressionEvent",
     "ScanResult",
     "baseline_run",
-    "diff_against",
+    "compare_against",
     "flagged_keys",
     "is_side_run",
     "list_regressions",
@@ -122,7 +121,7 @@ class ScanResult:
     new: list[Regression] = field(default_factory=list)  # inserted by this scan
     kept: list[Regression] = field(default_factory=list)  # known, and still there in this run
     fixed: list[Regression] = field(default_factory=list)  # closed by this run
-    diff: DiffView | None = None  # the run against its baseline
+    compared: RunComparison | None = None  # the run against its baseline
 
 
 def _iso(moment: datetime) -> str:
@@ -155,7 +154,7 @@ def baseline_run(session: Session, run: RunInfo) -> RunInfo | None:
     return None
 
 
-def flagged_keys(view: DiffView) -> dict[Key, str]:
+def flagged_keys(view: RunComparison) -> dict[Key, str]:
     """Every key the diff flags, with a line saying why."""
     keys: dict[Key, str] = {}
     for c in view.new_failures:
@@ -174,20 +173,15 @@ def flagged_keys(view: DiffView) -> dict[Key, str]:
     return keys
 
 
-def diff_against(
+def compare_against(
     session: Session,
     base: RunInfo | None,
-    head: RunInfo,
     head_results: list[CaseResult],
     options: DiffOptions,
-    url: str,
-) -> DiffView:
-    """``head`` against ``base`` by the diff's rules; no base: every bad case is new."""
+) -> RunComparison:
+    """A run's results against run ``base``; no base: every bad case is new."""
     base_results = load_results(session, base.id) if base is not None else []
-    base_header = run_header(base or head, url, base_results)
-    return build_diff(
-        base_header, base_results, run_header(head, url, head_results), head_results, options
-    )
+    return compare_runs(base_results, head_results, options)
 
 
 def _open_rows(session: Session, run: RunInfo) -> list[RegressionRow]:
@@ -229,7 +223,6 @@ def _close_fixed(
     results: list[CaseResult],
     rows: list[RegressionRow],
     options: DiffOptions,
-    url: str,
 ) -> tuple[list[Regression], list[Regression]]:
     """(fixed, still there) among ``rows`` whose case ``run`` holds: fixed (by ``scan``) when
     the case passed and a diff of the regression's last good run against ``run`` no longer
@@ -246,7 +239,7 @@ def _close_fixed(
             still += [_plain(row) for row in group]
             continue
         good = resolve_run(session, good_id) if good_id is not None else None
-        flagged = flagged_keys(diff_against(session, good, run, results, options, url))
+        flagged = flagged_keys(compare_against(session, good, results, options))
         for row in group:
             if outcome[row.case_id] != "passed" or (row.case_id, row.kind, row.output) in flagged:
                 still.append(_plain(row))
@@ -260,7 +253,7 @@ def _close_fixed(
 
 
 def scan_run(
-    session: Session, spec: str | int, *, url: str = "", options: DiffOptions | None = None
+    session: Session, spec: str | int, *, options: DiffOptions | None = None
 ) -> ScanResult:
     """Find the regressions of run ``spec`` against its baseline, insert the new ones, close
     the fixed ones. Idempotent: scanning a run twice inserts nothing the second time. The
@@ -271,8 +264,8 @@ def scan_run(
         return ScanResult(run_id=run.id, baseline_id=None)
     base = baseline_run(session, run)
     results = load_results(session, run.id)
-    view = diff_against(session, base, run, results, options, url)
-    scan = ScanResult(run_id=run.id, baseline_id=base.id if base else None, diff=view)
+    view = compare_against(session, base, results, options)
+    scan = ScanResult(run_id=run.id, baseline_id=base.id if base else None, compared=view)
     rows = _open_rows(session, run)
     known = {(row.case_id, row.kind, row.output): row for row in rows}
     names = {r.case.id: r.case.pytest_id for r in results}
@@ -296,7 +289,7 @@ def scan_run(
     session.flush()
     flagged = set(flagged_keys(view))
     unflagged = [row for row in rows if (row.case_id, row.kind, row.output) not in flagged]
-    scan.fixed, still = _close_fixed(session, run, results, unflagged, options, url)
+    scan.fixed, still = _close_fixed(session, run, results, unflagged, options)
     scan.kept += still
     return scan
 

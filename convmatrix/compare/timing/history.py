@@ -24,8 +24,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.core.records import TimingResult
-from convmatrix.runners.timing.rules import TimingRule
 
 __all__ = ["HistoryChange", "HistoryRule", "TimingHistory", "history_regressions"]
 

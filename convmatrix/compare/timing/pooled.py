@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from convmatrix.runners.timing.rules import TimingChange, TimingRule
+from convmatrix.compare.timing.rules import TimingChange, TimingRule
 
 __all__ = ["PooledVerdict", "basis_for", "effective_ratio", "pool", "signed_rank_test"]
 

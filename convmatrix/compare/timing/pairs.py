@@ -31,9 +31,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from convmatrix.compare.timing.pooled import PooledVerdict, basis_for, pool
+from convmatrix.compare.timing.rules import TimingChange, TimingRule
 from convmatrix.core.records import TimingResult
-from convmatrix.runners.timing.pooled import PooledVerdict, basis_for, pool
-from convmatrix.runners.timing.rules import TimingChange, TimingRule
 
 __all__ = ["TimingComparison", "compare_timings", "mann_whitney_u"]
 
