@@ -12,7 +12,7 @@ The history database is built honestly but quickly: one run of realistic results
 the real ``ResultWriter``; the other runs are copies of it made by the database itself
 (INSERT ... SELECT with errors jittered per run and start times a day apart), then ANALYZE.
 The copies bypass the writer, so they start without history summaries: history is timed once
-so (every run computed live, as before summaries existed), then ``summarise_pending`` fills
+so (every run computed live, as before summaries existed), then ``aggregate_pending`` fills
 them as ``finish_run`` would, and history is timed reading them, also with one run left live
 (a run in progress).
 """
@@ -42,11 +42,11 @@ from reports_support import (
 )
 
 from convmatrix.db import (
+    aggregate_pending,
+    aggregate_runs,
     case_counts,
     history,
     open_database,
-    summarise_pending,
-    summarise_runs,
 )
 from convmatrix.db.models import MetricRow, Run
 from convmatrix.reports.render import write_report
@@ -186,7 +186,7 @@ def bench_history(url: str, name: str, metric_rows: int, cases_per_run: int) -> 
     _report("no summaries (live)", timed(full, repeat=1))
     start = time.perf_counter()
     with engine.begin() as conn:
-        summarise_pending(conn)
+        aggregate_pending(conn)
     fill_s = time.perf_counter() - start
     per_run_s = timed(lambda: _summarise(engine, newest), repeat=3)
     print(
@@ -216,7 +216,7 @@ def bench_history(url: str, name: str, metric_rows: int, cases_per_run: int) -> 
 
 def _summarise(engine: Engine, run_id: int) -> None:
     with engine.begin() as conn:
-        summarise_runs(conn, [run_id])
+        aggregate_runs(conn, [run_id])
 
 
 def _report(label: str, t: float) -> None:

@@ -27,7 +27,7 @@ TARGET = 1.7
 
 def timed_run(matrix: str, kernel: str, workers: int, *extra: str) -> float:
     """Wall seconds of one whole ``convmatrix run --no-db`` in a fresh process (start-up
-    included); ``extra`` arguments go to ``run``. bench_engines uses it too."""
+    included); ``extra`` arguments go to ``run``. bench_executors uses it too."""
     cmd = [sys.executable, "-m", "convmatrix", "run", "--matrix", matrix, "--kernel", kernel]
     cmd += ["-n", str(workers), "--no-db", *extra]
     start = time.perf_counter()

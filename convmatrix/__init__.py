@@ -20,7 +20,7 @@ __all__ = [
     "Geometry",
     "Kernel",
     "KernelBase",
-    "RunSummary",
+    "RunAccount",
     "__version__",
     "load",
     "run",
@@ -32,7 +32,7 @@ _LAZY = {
     "Geometry": "convmatrix.core.contract",
     "Kernel": "convmatrix.kernels.interface.protocol",
     "KernelBase": "convmatrix.kernels.interface.protocol",
-    "RunSummary": "convmatrix.runners.summary",
+    "RunAccount": "convmatrix.runners.account",
     "load": "convmatrix.kernels.interface.registry",
     "run": "convmatrix.api",
 }

@@ -1,4 +1,4 @@
-"""``convmatrix.run``: run a matrix against a kernel, record it, return its ``RunSummary``.
+"""``convmatrix.run``: run a matrix against a kernel, record it, return its ``RunAccount``.
 
 The one entry for running a matrix: ``convmatrix run`` calls it and exits with
 ``summary.exit_code``; Python callers (CI scripts, notebooks) call it directly::
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.verdict import RULES
-from convmatrix.runners.summary import RunSummary
+from convmatrix.runners.account import RunAccount
 
 __all__ = ["DEVICES", "run", "worker_count"]
 
@@ -58,7 +58,7 @@ def run(
     shard: str | None = None,
     run_label: str | None = None,
     verbose: int = 0,
-) -> RunSummary:
+) -> RunAccount:
     """Run ``matrix`` (a built-in name or a file) against ``kernel`` (a registered name or
     ``package.module:attribute``) and record every result in ``db`` (default
     ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``; nothing with ``no_db``).
@@ -75,7 +75,7 @@ def run(
     if policy is not None and policy not in tuple(RULES):
         raise UsageError(f"--policy {policy!r}: one of {', '.join(tuple(RULES))}")
     from convmatrix.runners.controller import RunRequest
-    from convmatrix.runners.engines import make_engine
+    from convmatrix.runners.executors import make_engine
     from convmatrix.runners.shards import parse_shard
     from convmatrix.runners.store import MemoryStore, RunStore
 
@@ -102,7 +102,7 @@ def run(
     if no_db:
         store: RunStore = MemoryStore()
     else:
-        from convmatrix.db.store import DatabaseStore
+        from convmatrix.db.run_store import DatabaseStore
 
         store = DatabaseStore(db)
     return make_engine(engine, verbose=verbose, address=address).run(request, store)

@@ -156,7 +156,7 @@ def fake_result(
                 samples=[1e-4, 9e-5, 1.1e-4],
                 flops=1e6,
                 bytes_moved=4e6,
-                bound_s=5e-5,
+                floor_s=5e-5,
                 efficiency=0.5,
             )
         ],

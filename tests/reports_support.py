@@ -101,7 +101,7 @@ def result_for(
             TimingResult(
                 scope="kernel", median_s=samples[4], min_s=samples[0],
                 iqr_s=samples[6] - samples[2], n=9, cold_s=5e-3, samples=samples,
-                bound_s=2e-5, efficiency=2e-5 / samples[4],
+                floor_s=2e-5, efficiency=2e-5 / samples[4],
             )
         )  # fmt: skip
     return CaseResult(

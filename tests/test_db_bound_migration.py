@@ -15,7 +15,7 @@ from test_db_queries import _write
 from convmatrix.db import current_revision, make_engine, open_database
 from convmatrix.db.engine import write_connection
 from convmatrix.db.migrate import alembic_config
-from convmatrix.db.models import MetricRow, RunSummaryRow
+from convmatrix.db.models import MetricRow, RunAggregateRow
 
 
 def _results():
@@ -49,7 +49,9 @@ def test_upgrade_to_0003_moves_dw_to_the_weight_dtype_and_resummarises(db_url):
         assert {dt for out, dt in rows if out == "y"} == {"bfloat16"}
         summaries = {
             (s.x_dtype, s.output): s
-            for s in session.scalars(select(RunSummaryRow).where(RunSummaryRow.run_id == run_id))
+            for s in session.scalars(
+                select(RunAggregateRow).where(RunAggregateRow.run_id == run_id)
+            )
         }
         assert set(summaries) == {("bfloat16", "y"), ("float32", "dw")}
         # usage was dropped with the columns by the downgrade: NULL for rows written before
@@ -65,7 +67,7 @@ def test_bound_usage_is_stored_and_summarised(db_url):
         want = sorted(0.1 * (i + 1) for i in range(6) for _ in "yw")
         assert sorted(usage) == pytest.approx(want, rel=1e-12)
         worst = session.scalars(
-            select(RunSummaryRow.worst_usage).where(RunSummaryRow.run_id == run_id)
+            select(RunAggregateRow.worst_usage).where(RunAggregateRow.run_id == run_id)
         ).all()
         assert worst == pytest.approx([0.6, 0.6], rel=1e-12)  # y and dw: the largest usage
     engine.dispose()

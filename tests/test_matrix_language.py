@@ -147,7 +147,7 @@ def test_settings_are_read_with_defaults():
         == DEFAULT_TOLERANCES[("bfloat16", "y")].norm
     )
     assert expansion.tolerances.lookup("float32", "dx") == DEFAULT_TOLERANCES[("float32", "dx")]
-    assert (expansion.policy.mode, expansion.policy.factor, expansion.policy.floor) == (
+    assert (expansion.policy.rule, expansion.policy.factor, expansion.policy.floor) == (
         "threshold_or_framework",
         3.0,
         1e-6,

@@ -80,7 +80,7 @@ def test_threshold_rule_needs_both_rel_and_norm():
 
 
 def test_framework_rule_is_factor_times_torch_path_plus_floor():
-    policy = Policy(mode="framework", factor=2.0, floor=1e-6)
+    policy = Policy(rule="framework", factor=2.0, floor=1e-6)
     fw = metrics(1e-2, 1e-3)  # a coarse torch path: 2x that + 1e-6 is allowed
     judged = judge_output("dw", metrics(1.5e-2, 1.5e-3), fw, TOL, policy)
     assert judged.passed
@@ -91,7 +91,7 @@ def test_framework_rule_is_factor_times_torch_path_plus_floor():
 
 
 def test_threshold_or_framework_passes_when_either_holds():
-    policy = Policy(mode="threshold_or_framework")
+    policy = Policy(rule="threshold_or_framework")
     fw = metrics(1e-2, 1e-3)
     assert judge_output("y", metrics(1.5e-2, 1.5e-3), fw, TOL, policy).passed  # framework
     assert judge_output("y", metrics(9e-4, 9e-5), metrics(1e-9, 1e-9), TOL, policy).passed
@@ -106,9 +106,9 @@ def test_exact_outputs_and_infinite_errors_never_pass_on_tolerance():
     assert not judge_output("y", inf, None, TOL, Policy()).passed
 
 
-def test_unknown_policy_mode_is_named():
-    with pytest.raises(ValueError, match="unknown policy mode 'strict'"):
-        judge_output("y", metrics(0, 0), None, TOL, Policy(mode="strict"))
+def test_unknown_policy_rule_is_named():
+    with pytest.raises(ValueError, match="unknown policy rule 'strict'"):
+        judge_output("y", metrics(0, 0), None, TOL, Policy(rule="strict"))
 
 
 def test_parameter_gradients_are_judged_in_the_weight_dtype():

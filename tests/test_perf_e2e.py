@@ -50,7 +50,7 @@ def test_timed_run_records_every_scope_with_its_bound_and_efficiency(perf_runs):
         for scope in ("kernel", "op", "subgraph", "framework"):
             t = by[scope]
             assert t.n >= 6 and len(t.samples) == t.n and t.cold_s is not None
-            assert t.bound_s > 0 and t.efficiency == t.bound_s / t.median_s
+            assert t.floor_s > 0 and t.efficiency == t.floor_s / t.median_s
         assert (by["op"].flops, by["op"].bytes_moved) == (work_of(r.case).flops,
                                                             work_of(r.case).bytes)  # fmt: skip
         if r.case.op == "update":

@@ -12,10 +12,10 @@ import pytest
 from convmatrix.core.case import Case
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
+from convmatrix.runners.account import RunAccount, worst_failures
 from convmatrix.runners.controller import Controller
 from convmatrix.runners.plugin import place_worker
 from convmatrix.runners.store import MemoryStore
-from convmatrix.runners.summary import RunSummary, worst_failures
 from convmatrix.runners.watchdog import EXIT_STATUS
 from convmatrix.runners.workload import select_cases
 
@@ -73,7 +73,7 @@ def test_summary_counts_worst_failures_first_and_names_the_run():
         CaseResult(CASES[1], "crashed", message="the worker died"),
         CaseResult(CASES[2], "skipped", message="no backward"),
     ]
-    summary = RunSummary(
+    summary = RunAccount(
         run_id=7,
         status="finished",
         counts={"passed": 5, "crashed": 1},

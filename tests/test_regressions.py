@@ -16,7 +16,7 @@ from convmatrix.cli import main
 from convmatrix.core.errors import UsageError
 from convmatrix.db import load_results, open_database
 from convmatrix.db.engine import write_session
-from convmatrix.service.ci import junit_xml, summary_markdown
+from convmatrix.service.ci import job_summary_markdown, junit_xml
 from convmatrix.service.regressions import (
     list_regressions,
     regression_events,
@@ -149,7 +149,7 @@ def test_the_summary_names_new_regressions_with_links_and_stays_under_its_limit(
     _run(engine, False, "1" * 40)
     bad = _run(engine, True, "2" * 40)
     scan = _scan(engine, bad)
-    text = summary_markdown(bad, "tiled (run 2)", {"passed": 37, "failed": 3}, scan,
+    text = job_summary_markdown(bad, "tiled (run 2)", {"passed": 37, "failed": 3}, scan,
                             base_url="http://ci.example:8000/")  # fmt: skip
     assert "FAILED" in text and "| 37 | 3 |" in text
     assert f"**{len(scan.new)} new regressions**" in text
@@ -158,7 +158,7 @@ def test_the_summary_names_new_regressions_with_links_and_stays_under_its_limit(
         assert f"[{case_id}](http://ci.example:8000/cases/{case_id})" in text
     # Many regressions: cut to the limit with a line saying how much was left out.
     scan.new = scan.new * 5000
-    big = summary_markdown(bad, "tiled (run 2)", {"failed": 3}, scan, limit=64 * 1024)
+    big = job_summary_markdown(bad, "tiled (run 2)", {"failed": 3}, scan, limit=64 * 1024)
     assert len(big.encode()) <= 64 * 1024
     assert "more lines left out (summary limit)" in big
     engine.dispose()

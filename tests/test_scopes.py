@@ -218,12 +218,12 @@ def test_time_case_rows_carry_work_bounds_and_efficiency():
     compute = fma.flops / fma.min_s
     dense = max(gemm.flops / gemm.min_s, compute)
     sub = by[("subgraph", None)]  # with dense layers: its flops bounded at the GEMM rate
-    assert sub.bound_s >= sub.flops / dense and sub.efficiency == sub.bound_s / sub.median_s
+    assert sub.floor_s >= sub.flops / dense and sub.efficiency == sub.floor_s / sub.median_s
     for scope in ("kernel", "op", "framework"):
         r = by[(scope, None)]
         assert (r.flops, r.bytes_moved) == (work_of(case).flops, work_of(case).bytes)
         # the memory term is the interleaved copy of the same D bytes
-        assert r.bound_s == max(r.flops / compute, copy.median_s)
-        assert r.efficiency == r.bound_s / r.median_s
+        assert r.floor_s == max(r.flops / compute, copy.median_s)
+        assert r.efficiency == r.floor_s / r.median_s
         assert r.n >= 3 and r.cold_s is not None
     assert copy.bytes_moved >= work_of(case).bytes  # rounded up to whole 8-byte elements

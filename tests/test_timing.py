@@ -19,7 +19,7 @@ from convmatrix.runners.timing.perfmodel import (
     Rates,
     backward_work,
     forward_work,
-    lower_bound,
+    time_floor,
     update_work,
 )
 
@@ -192,6 +192,6 @@ def test_update_work_hand_checked():
 def test_lower_bound_is_the_larger_of_compute_and_traffic(flops, nbytes, expected):
     from convmatrix.runners.timing.perfmodel import Work
 
-    assert lower_bound(Work(flops, nbytes), Rates(bandwidth=2e9, compute=1e10)) == pytest.approx(
+    assert time_floor(Work(flops, nbytes), Rates(bandwidth=2e9, compute=1e10)) == pytest.approx(
         expected
     )

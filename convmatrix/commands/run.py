@@ -1,7 +1,7 @@
 """``convmatrix run``: execute a matrix against a kernel and record every result.
 
 A thin front over ``convmatrix.run`` (``convmatrix/api.py``), which prepares the run (a typo
-is exit 2 with a clear message), runs it on its engine and returns the ``RunSummary`` the
+is exit 2 with a clear message), runs it on its engine and returns the ``RunAccount`` the
 exit status comes from; with ``--report DIR`` the run report is written afterwards.
 
 A recorded run is then scanned for regressions against the previous comparable run
@@ -33,7 +33,7 @@ def _after_run(args: argparse.Namespace, run_id: int, exit_code: int, status: st
     """Scan, confirm, JUnit and summary for a recorded run; the exit status."""
     from convmatrix.db.queries import load_results, resolve_run
     from convmatrix.reports.viewmodel import run_header
-    from convmatrix.service.ci import summary_markdown, write_junit
+    from convmatrix.service.ci import job_summary_markdown, write_junit
     from convmatrix.service.regressions import scan_run
     from convmatrix.service.store import writing
 
@@ -60,7 +60,7 @@ def _after_run(args: argparse.Namespace, run_id: int, exit_code: int, status: st
         if args.junit is not None:
             print(f"junit: {write_junit(args.junit, header.title, results)}")
         if args.summary is not None:
-            text = summary_markdown(run_id, header.title, header.counts, scan,
+            text = job_summary_markdown(run_id, header.title, header.counts, scan,
                                     base_url=args.base_url)  # fmt: skip
             args.summary.parent.mkdir(parents=True, exist_ok=True)
             with args.summary.open("a", encoding="utf-8") as out:  # GitHub appends steps

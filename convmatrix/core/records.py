@@ -90,7 +90,7 @@ class TimingResult:
     mode: str | None = None  # update timing: "reset" | "advance"
     flops: float | None = None
     bytes_moved: float | None = None
-    bound_s: float | None = None
+    floor_s: float | None = None  # the time floor: max(F / P_eff, t_memcpy(D)) (docs/timing.md)
     efficiency: float | None = None
 
 
@@ -145,9 +145,14 @@ class CaseResult:
         )
 
 
+# Fields renamed since results were first written (exports and stored JSON keep the old key).
+_RENAMED = {"bound_s": "floor_s"}
+
+
 def _record(cls: type, data: dict[str, Any]) -> Any:
     """A record from its JSON form; keys the record does not know are ignored."""
     known = {f.name for f in fields(cls)}
+    data = {_RENAMED.get(k, k): v for k, v in data.items()}
     return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -64,10 +64,12 @@ class Policy:
     (probabilistic | worst_case) and ``bound_lambda`` parametrise the model.
     ``threshold``: e_rel <= rel and e_norm <= norm of the (dtype, output) row.
     ``framework``: flash-attention's rule, e <= factor x (framework path's e) + floor, for e_rel
-    and e_norm; an output passes if either rule holds when ``mode`` is ``threshold_or_framework``.
+    and e_norm; an output passes if either rule holds when ``rule`` is ``threshold_or_framework``.
+    The policy is this object; its ``rule`` is the name that picks the comparison (``--policy
+    RULE`` on the command line, ``policy: {rule: ...}`` in a matrix).
     """
 
-    mode: str = "bound"  # "bound" | "threshold" | "framework" | "threshold_or_framework"
+    rule: str = "bound"  # "bound" | "threshold" | "framework" | "threshold_or_framework"
     factor: float = 2.0
     floor: float = 1e-6
     tau_scale: float = 1.0

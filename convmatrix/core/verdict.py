@@ -95,17 +95,17 @@ def judge_output(
     limits are still recorded, with their usage, for the other policies' view.
     """
     try:
-        rules = RULES[policy.mode]
+        rules = RULES[policy.rule]
     except KeyError:
-        raise ValueError(f"unknown policy mode {policy.mode!r}: one of {sorted(RULES)}") from None
+        raise ValueError(f"unknown policy rule {policy.rule!r}: one of {sorted(RULES)}") from None
     limits = [lim for rule in rules if (lim := rule(tol, policy, fw)) is not None]
-    if policy.mode == "framework":
+    if policy.rule == "framework":
         limits = limits[:1]  # the framework rule alone, or the threshold when it cannot judge
     finite = math.isfinite(m.e_abs)
     passing = [lim for lim in limits if m.e_rel <= lim[0] and m.e_norm <= lim[1]]
     chosen = passing[0] if passing else limits[0]
     passed = finite and bool(passing) and (not exact or m.e_abs == 0.0)
-    by_bound = policy.mode == "bound" and bound_usage is not None and not exact
+    by_bound = policy.rule == "bound" and bound_usage is not None and not exact
     if by_bound:
         assert bound_usage is not None
         passed = finite and bound_usage <= policy.safety

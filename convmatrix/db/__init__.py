@@ -16,6 +16,7 @@ Typical use::
 
 from sqlalchemy.orm import Session
 
+from convmatrix.db.aggregates import aggregate_pending, aggregate_runs
 from convmatrix.db.engine import DEFAULT_URL, default_url, make_engine, redact_url
 from convmatrix.db.migrate import current_revision, ensure_schema, head_revision, open_database
 from convmatrix.db.queries import (
@@ -32,7 +33,6 @@ from convmatrix.db.queries import (
     missing_shards,
     resolve_run,
 )
-from convmatrix.db.summaries import summarise_pending, summarise_runs
 from convmatrix.db.writer import ResultWriter, reap_stale_runs
 
 __all__ = [
@@ -43,6 +43,8 @@ __all__ = [
     "ResultWriter",
     "RunInfo",
     "Session",
+    "aggregate_pending",
+    "aggregate_runs",
     "case_counts",
     "case_pairs",
     "current_revision",
@@ -59,6 +61,4 @@ __all__ = [
     "reap_stale_runs",
     "redact_url",
     "resolve_run",
-    "summarise_pending",
-    "summarise_runs",
 ]

@@ -5,7 +5,7 @@ No ``alembic.ini`` is needed: the Alembic config is built here, pointing at
 transaction that first takes a lock (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock),
 so two runs that open a fresh database at the same moment create the schema once. Reaching the
 newest revision, the same transaction also summarises the runs that stopped writing before
-history summaries existed (``summaries.summarise_pending``), with the code of that revision.
+history summaries existed (``summaries.aggregate_pending``), with the code of that revision.
 
 A database already at ``SCHEMA_HEAD`` is recognised by reading its ``alembic_version`` row:
 Alembic itself (0.4 s of imports) is loaded only to upgrade, so ``convmatrix history`` starts
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, exc, inspect, text
 
 from convmatrix.core.errors import ConvmatrixError
+from convmatrix.db.aggregates import aggregate_pending
 from convmatrix.db.engine import connection_error, make_engine, redact_url, write_connection
-from convmatrix.db.summaries import summarise_pending
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -36,7 +36,7 @@ __all__ = [
     "upgrade",
 ]
 
-SCHEMA_HEAD = "0006"  # the newest revision under migrations/versions
+SCHEMA_HEAD = "0007"  # the newest revision under migrations/versions
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _ADVISORY_LOCK = 0x636F6E766D6174  # "convmat": any constant shared by every convmatrix process
 _ready: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -91,7 +91,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 if broken:
                     raise ConvmatrixError(f"migration left dangling references: {broken[:3]}")
             if _revision(conn) == SCHEMA_HEAD:
-                summarise_pending(conn)
+                aggregate_pending(conn)
     except exc.DBAPIError as err:
         raise connection_error(engine, err) from err
     _ready.discard(engine)

@@ -9,7 +9,7 @@ ask most, "history of dtype X" and "this run against that one by case id", hit o
 Float errors are nullable because SQLite stores NaN as NULL: the writer stores NaN as NULL on
 every backend and the loader turns NULL back into NaN, so both behave alike.
 
-``RunSummaryRow`` and ``RunCountRow`` keep what ``convmatrix history`` shows of a run once it
+``RunAggregateRow`` and ``RunCountRow`` keep what ``convmatrix history`` shows of a run once it
 stops writing (``Run.summarised_at`` set), so history reads a few rows per run instead of
 sorting every metric row of a dtype (see ``summaries.py``).
 Changing these models needs a new migration under ``migrations/versions``.
@@ -49,9 +49,9 @@ __all__ = [
     "RegressionEventRow",
     "RegressionRow",
     "Run",
+    "RunAggregateRow",
     "RunCountRow",
     "RunShardRow",
-    "RunSummaryRow",
     "TimingRow",
     "utcnow",
 ]
@@ -266,11 +266,11 @@ class TimingRow(Base):
     mode: Mapped[str32 | None]
     flops: Mapped[float | None]
     bytes_moved: Mapped[float | None]
-    bound_s: Mapped[float | None]
+    floor_s: Mapped[float | None]
     efficiency: Mapped[float | None]
 
 
-class RunSummaryRow(Base):
+class RunAggregateRow(Base):
     """One output of one run for one input dtype: the numbers of a ``HistoryPoint``.
 
     Valid while ``Run.summarised_at`` is set; errors that were NaN count as +inf (as stored).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from convmatrix.db.store import DatabaseStore
+from convmatrix.db.run_store import DatabaseStore
 from convmatrix.runners.store import MemoryStore, RunStore
 
 

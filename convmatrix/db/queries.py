@@ -22,20 +22,20 @@ from sqlalchemy.orm import Session
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult
 from convmatrix.core.tolerances import OUTPUTS
+from convmatrix.db.aggregates import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
 from convmatrix.db.models import (
     STALE_HEARTBEAT_S,
     CaseRow,
     MetricRow,
     PropertyRow,
     Run,
+    RunAggregateRow,
     RunCountRow,
     RunShardRow,
-    RunSummaryRow,
     TimingRow,
     utcnow,
 )
 from convmatrix.db.records import result_from_rows
-from convmatrix.db.summaries import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
 
 __all__ = [
     "CasePair",
@@ -338,7 +338,7 @@ def history(
     if since is not None:
         conditions.append(Run.started_at >= _aware(since))
     live = _unsummarised(session, *conditions)
-    kept = RunSummaryRow
+    kept = RunAggregateRow
     stored = select(*(getattr(kept, c) for c in SUMMARY_COLUMNS)).where(kept.x_dtype == dtype)
     if output is not None:
         stored = stored.where(kept.output == output)

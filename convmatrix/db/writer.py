@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
+from convmatrix.db.aggregates import aggregate_runs
 from convmatrix.db.engine import connection_error, redact_argv, redact_url, write_session
 from convmatrix.db.migrate import ensure_schema
 from convmatrix.db.models import (
@@ -43,7 +44,6 @@ from convmatrix.db.models import (
     utcnow,
 )
 from convmatrix.db.records import case_values, child_values
-from convmatrix.db.summaries import summarise_runs
 
 __all__ = ["ResultWriter", "RunMeta", "reap_stale_runs", "shard_status"]
 
@@ -102,7 +102,7 @@ def reap_stale_runs(engine: Engine, host: str | None = None) -> list[int]:
             for key, value in _count_values(_counts(session, run.id)).items():
                 setattr(run, key, value)
         session.flush()
-        summarise_runs(session, [run.id for run in stale])
+        aggregate_runs(session, [run.id for run in stale])
         return [run.id for run in stale]
 
 
@@ -282,7 +282,7 @@ class ResultWriter:
                 .values(**values)
             )
             if status != "running":
-                summarise_runs(session, [run_id])
+                aggregate_runs(session, [run_id])
         if run_id == self.run_id:
             self._finished = True
 

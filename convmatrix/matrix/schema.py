@@ -94,7 +94,7 @@ SUITE_KEYS = (
 )
 _EXPECT = ("ok", "error")
 _TIMEOUT = DEFAULT_TIMEOUT_S
-POLICY_MODES = tuple(RULES)  # the verdict's rules, by name
+POLICY_RULES = tuple(RULES)  # the verdict's rules, by name
 T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _CASE_ID = re.compile(r"^[0-9a-f]{12}$")
@@ -176,11 +176,17 @@ def _tolerances(node: YNode) -> Tolerances:
 
 def _policy(node: YNode) -> Policy:
     node.expect_map("policy").check_keys(
-        ("mode", "factor", "floor", "tau_scale", "safety", "bound", "lambda")
+        ("rule", "mode", "factor", "floor", "tau_scale", "safety", "bound", "lambda")
     )
     base = Policy()
+    # ``mode`` is the key's older name (matrices written before the glossary), still read.
+    key = "mode" if node.get("mode") is not None else "rule"
+    if key == "mode" and node.get("rule") is not None:
+        raise node.get("mode").error(
+            "give the policy's rule once: 'rule' (or its older name 'mode')"
+        )
     return Policy(
-        mode=_opt(node, "mode", lambda n: _choice(n, "policy mode", POLICY_MODES), base.mode),
+        rule=_opt(node, key, lambda n: _choice(n, "policy rule", POLICY_RULES), base.rule),
         factor=_opt(node, "factor", lambda n: _number(n, "factor", True), base.factor),
         floor=_opt(node, "floor", lambda n: _number(n, "floor"), base.floor),
         tau_scale=_opt(node, "tau_scale", lambda n: _number(n, "tau_scale", True), base.tau_scale),

@@ -17,7 +17,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
 from convmatrix.core.verdict import case_severity, judged_dtype, output_severity
 from convmatrix.reports.pivots import Pivot, build_pivots
-from convmatrix.reports.timing_view import TimingSummary, build_timing_summary
+from convmatrix.reports.timing_view import PerformanceSection, build_performance_section
 from convmatrix.reports.viewmodel import RunHeader
 
 __all__ = [
@@ -91,7 +91,7 @@ class TimingLine:
     iqr_s: float
     n: int
     cold_s: float | None
-    bound_s: float | None
+    floor_s: float | None
     efficiency: float | None
 
 
@@ -117,7 +117,7 @@ class RunView:
     skipped: dict[str, int] = field(default_factory=dict)  # skip reason -> cases
     rerun_all_failed: str | None = None
     hotspots: list[Hotspot] = field(default_factory=list)
-    performance: TimingSummary | None = None  # scopes side by side, rates, sweeps
+    performance: PerformanceSection | None = None  # scopes side by side, rates, sweeps
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -194,7 +194,7 @@ def _timing_lines(results: Sequence[CaseResult]) -> list[TimingLine]:
             iqr_s=t.iqr_s,
             n=t.n,
             cold_s=t.cold_s,
-            bound_s=t.bound_s,
+            floor_s=t.floor_s,
             efficiency=t.efficiency,
         )
         for r in results
@@ -247,5 +247,5 @@ def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
         skipped=dict(skipped.most_common()),
         rerun_all_failed=rerun_command(run, [f.case_id for f in failures]) if failures else None,
         hotspots=hotspots(pivots),
-        performance=build_timing_summary(results, run.geometry),
+        performance=build_performance_section(results, run.geometry),
     )

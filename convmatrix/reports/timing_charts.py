@@ -10,7 +10,7 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from convmatrix.reports.svg import Series, line_chart
-from convmatrix.reports.timing_view import SweepChart, SweepSeries, TimingSummary
+from convmatrix.reports.timing_view import PerformanceSection, SweepChart, SweepSeries
 
 __all__ = ["sweep_chart", "timing_charts"]
 
@@ -54,5 +54,5 @@ def sweep_chart(chart: SweepChart) -> Markup:
     return line_chart(f"{chart.title} ({key})", labels, series, log_y=True)
 
 
-def timing_charts(summary: TimingSummary | None) -> list[Markup]:
+def timing_charts(summary: PerformanceSection | None) -> list[Markup]:
     return [] if summary is None else [sweep_chart(c) for c in summary.charts]

@@ -25,11 +25,11 @@ from typing import Any
 from convmatrix.core.records import CaseResult, TimingResult
 
 __all__ = [
+    "PerformanceSection",
     "ScopeRow",
     "SweepChart",
     "SweepSeries",
-    "TimingSummary",
-    "build_timing_summary",
+    "build_performance_section",
     "scope_key",
 ]
 
@@ -78,7 +78,7 @@ class SweepChart:
 
 
 @dataclass
-class TimingSummary:
+class PerformanceSection:
     bandwidth: list[float] = field(default_factory=list)  # B/s per distinct calibration
     compute: list[float] = field(default_factory=list)  # flop/s, element-wise FMA
     dense: list[float] = field(default_factory=list)  # flop/s, fp32 GEMM (subgraph bounds)
@@ -128,8 +128,8 @@ def _rates(results: Sequence[CaseResult]) -> tuple[list[float], list[float], lis
     bandwidth, compute, dense = set(), set(), set()
     for r in results:
         for t in r.timings:
-            if t.scope == "memcpy" and t.bound_s and t.bytes_moved:
-                bandwidth.add(float(f"{t.bytes_moved / t.bound_s:.4g}"))
+            if t.scope == "memcpy" and t.floor_s and t.bytes_moved:
+                bandwidth.add(float(f"{t.bytes_moved / t.floor_s:.4g}"))
             elif t.scope in _RATES and t.flops and t.min_s > 0:
                 rate = float(f"{t.flops / t.min_s:.4g}")  # as calibrate.rates_of
                 (compute if t.scope == "fma" else dense).add(rate)
@@ -213,9 +213,9 @@ def _bytes(result: CaseResult) -> float:
     return next((t.bytes_moved or 0.0 for t in result.timings if t.scope == "op"), 0.0)
 
 
-def build_timing_summary(
+def build_performance_section(
     results: Sequence[CaseResult], geometry: Mapping[str, Any] | None = None
-) -> TimingSummary | None:
+) -> PerformanceSection | None:
     """The summary of a run's timings, or None when nothing was timed."""
     timed = [r for r in results if r.timings]
     if not timed:
@@ -225,7 +225,7 @@ def build_timing_summary(
     order = {s: i for i, s in enumerate(_ORDER)}
     scopes = sorted(seen, key=lambda k: (order.get(k.split("[")[0], 99), k))
     tile = (geometry or {}).get("tile")
-    return TimingSummary(
+    return PerformanceSection(
         bandwidth=bandwidth,
         compute=compute,
         dense=dense,

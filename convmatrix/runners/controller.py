@@ -1,4 +1,4 @@
-"""One run, engine-neutral: what every process of it agrees on, and the one place results land.
+"""One run, executor-neutral: what every process of it agrees on, and the one place results land.
 
 - ``RunRequest``: what a person asked for (matrix, kernel, device, cases, resume, ...).
 - ``Prepared``: what the request resolves to (the kernel, the expanded workloads, the device,
@@ -7,7 +7,7 @@
   controller hands it, so controller and workers agree on the cases.
 - ``Controller``: the single recorder of a run (the xdist controller, the Ray driver): each
   case is recorded once (a timeout result beats the crash report that follows it), results go
-  to the ``RunStore``, and ``finish`` closes the run into a ``RunSummary``.
+  to the ``RunStore``, and ``finish`` closes the run into a ``RunAccount``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from convmatrix.core.devices import discover, resolve_device
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
 from convmatrix.kernels.interface.registry import KernelSpecError, load
+from convmatrix.runners.account import RunAccount, worst_failures
 from convmatrix.runners.execute import Context
 from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity
 from convmatrix.runners.store import RunStore, Shard
-from convmatrix.runners.summary import RunSummary, worst_failures
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
 
 __all__ = ["Controller", "Prepared", "RunRequest", "Setup", "load_kernel", "prepare", "run_meta"]
@@ -39,7 +39,7 @@ __all__ = ["Controller", "Prepared", "RunRequest", "Setup", "load_kernel", "prep
 
 @dataclass
 class RunRequest:
-    """What a run was asked to do, whatever engine runs it."""
+    """What a run was asked to do, whatever executor runs it."""
 
     matrix: str | None = None  # built-in name, matrix file or cases .jsonl
     kernel: str | None = None  # registered name or package.module:attribute
@@ -51,9 +51,9 @@ class RunRequest:
     case_timeout: float | None = None  # overrides the matrix's per-case limit
     files: list[str] = field(default_factory=list)  # *.matrix.yaml given to pytest as paths
     workers: int = 0  # parallel workers (recorded with the run)
-    policy: str | None = None  # --policy: overrides the matrix's policy mode
+    rule: str | None = None  # --policy RULE: overrides the rule of the matrix's policy
     shard: Shard | None = None  # --shard I/N --run-label L: this process's part of a run
-    engine: str = "xdist"  # recorded with the run
+    executor: str = "xdist"  # recorded with the run
 
 
 def load_kernel(spec: str | None) -> Any:
@@ -80,7 +80,7 @@ class Prepared:
     device_count: int = 1  # devices of the kind workers spread over
     timeout_s: float | None = None  # --case-timeout overrides the matrix's
     resume: int | None = None  # the stored run this session completes
-    policy: str | None = None  # --policy overrides the matrix's policy mode
+    rule: str | None = None  # --policy RULE overrides the rule of the matrix's policy
     shard: Shard | None = None  # only the cases this shard owns
     device_index: int | None = None  # the physical device this process is bound to
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
@@ -101,8 +101,8 @@ class Prepared:
 
     def context(self, workload: Workload) -> Context:
         policy = workload.policy
-        if self.policy is not None:
-            policy = replace(policy, mode=self.policy)
+        if self.rule is not None:
+            policy = replace(policy, rule=self.rule)
         return Context(
             self.kernel,
             workload.tolerances,
@@ -124,7 +124,7 @@ class Prepared:
             "device_count": self.device_count,
             "timeout_s": self.timeout_s,
             "shard": astuple(self.shard) if self.shard else None,
-            "policy": self.policy,
+            "rule": self.rule,
         }
 
     @classmethod
@@ -144,7 +144,7 @@ class Prepared:
             timeout_s=info["timeout_s"],
             shard=Shard(*info["shard"]) if info.get("shard") else None,
             device_index=device_index,
-            policy=info.get("policy"),
+            rule=info.get("rule"),
         )
         for source in prepared.sources:
             prepared.workload(source)
@@ -206,7 +206,7 @@ def prepare(request: RunRequest, store: RunStore) -> Prepared:
         device_count=count,
         timeout_s=request.case_timeout,
         resume=resume.id if resume else None,
-        policy=request.policy,
+        rule=request.rule,
         shard=request.shard,
     )
     for source in [*sources, *request.files]:
@@ -270,11 +270,11 @@ def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
             "kernel_spec": prepared.kernel_spec,
             "matrix_sources": list(prepared.workloads),
             "workers": request.workers,
-            "engine": request.engine,
+            "executor": request.executor,
             "device": prepared.device_spec,
             "case_timeout_s": prepared.timeout_s,
             "cases": prepared.wanted,
-            "policy": prepared.policy,
+            "policy": prepared.rule,  # the rule --policy chose (None: the matrix's)
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,
@@ -282,7 +282,7 @@ def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
 
 
 class Controller:
-    """Records a run's results exactly once each and closes the run into a ``RunSummary``."""
+    """Records a run's results exactly once each and closes the run into a ``RunAccount``."""
 
     def __init__(
         self,
@@ -300,7 +300,7 @@ class Controller:
         self.run_id = store.start(meta, resume, shard) if shard else store.start(meta, resume)
         self.results: dict[str, CaseResult] = {}
         self.crashed_workers: Counter[str] = Counter()
-        self.summary: RunSummary | None = None  # set once the run is closed
+        self.summary: RunAccount | None = None  # set once the run is closed
         self.known: dict[str, Case] = {}  # planned cases by id (``lost`` needs the case)
 
     def record(self, result: CaseResult) -> bool:
@@ -333,7 +333,7 @@ class Controller:
     def cases_by_id(self, ids: set[str]) -> list[Case]:
         return [self.known[i] for i in sorted(ids) if i in self.known]
 
-    def finish(self, interrupted: bool, signalled: bool = False) -> RunSummary:
+    def finish(self, interrupted: bool, signalled: bool = False) -> RunAccount:
         """Close the run: ``finished`` when every planned case has a result, else
         ``interrupted``. Idempotent: a second call returns the first summary."""
         if self.summary is not None:
@@ -344,7 +344,7 @@ class Controller:
         status = "finished" if complete and not interrupted else "interrupted"
         stored = self.store.finish(status)
         session = Counter(r.outcome for r in self.results.values())
-        self.summary = RunSummary(
+        self.summary = RunAccount(
             run_id=self.run_id,
             status=status,
             counts={o: (stored or session).get(o, 0) for o in OUTCOMES},

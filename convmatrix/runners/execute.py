@@ -284,7 +284,7 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
 
 
 def run_guarded(case: Case, ctx: Context) -> CaseResult:
-    """``run_case`` as every engine calls it: a bug of the harness itself becomes an ``error``
+    """``run_case`` as every executor calls it: a bug of the harness itself becomes an ``error``
     result for this case (with the end of its traceback) and the run goes on."""
     try:
         return run_case(case, ctx)

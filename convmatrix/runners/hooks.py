@@ -10,7 +10,7 @@ one, and announces the finished run instead of being read from outside.
 - ``pytest_convmatrix_store``: then, the ``RunStore`` the controller records into. The
   database's plugin (``convmatrix.db.plugin``, from ``--db``) answers it; nobody answering
   means ``MemoryStore``: results are summarised, not kept.
-- ``pytest_convmatrix_finished``: the run's ``RunSummary``, once, after the run is closed:
+- ``pytest_convmatrix_finished``: the run's ``RunAccount``, once, after the run is closed:
   what ``convmatrix.run`` returns and the exit status is computed from.
 """
 
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from convmatrix.runners.account import RunAccount
     from convmatrix.runners.controller import Setup
     from convmatrix.runners.store import RunStore
-    from convmatrix.runners.summary import RunSummary
 
 
 @pytest.hookspec(firstresult=True)
@@ -37,5 +37,5 @@ def pytest_convmatrix_store(config: pytest.Config) -> RunStore | None:  # type: 
 
 
 @pytest.hookspec
-def pytest_convmatrix_finished(config: pytest.Config, summary: RunSummary) -> Any:
+def pytest_convmatrix_finished(config: pytest.Config, summary: RunAccount) -> Any:
     """The run is closed; ``summary`` is its final account."""

@@ -1,7 +1,7 @@
 """Cases run in a child process of their device's worker, so a kernel that kills its process
 kills only the child.
 
-The Ray engine's device actor is long-lived and must survive the kernels it runs: an actor
+The Ray executor's device actor is long-lived and must survive the kernels it runs: an actor
 that died with its case would look, to the driver, exactly like a lost node, and Ray would
 route the next attempt to another device. So the actor keeps one child process (spawned, with
 the actor's device binding inherited through the environment) that loads the kernel and the

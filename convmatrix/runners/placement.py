@@ -1,6 +1,6 @@
-"""Binding a worker process to one device: what every engine does before touching a device.
+"""Binding a worker process to one device: what every executor does before touching a device.
 
-The xdist engine numbers its workers gwN and gives worker N device N mod count; the Ray engine
+The xdist executor numbers its workers gwN and gives worker N device N mod count; the Ray executor
 numbers the device actors of each node. Either way the process gets the visibility variables
 of its physical device (``CUDA_VISIBLE_DEVICES`` / ``MLU_VISIBLE_DEVICES``), sees it as device
 0, and a CPU worker gets its share of the cores as torch threads (torch's default, every

@@ -4,7 +4,7 @@ Runs in the process that owns the session (the xdist controller, or a plain pyte
 never in workers. ``start_controller`` takes the run prepared by the caller of pytest
 (``pytest_convmatrix_setup``) or prepares it from the options with the store some plugin
 offers (``pytest_convmatrix_store``), opens the run and registers ``ControllerPlugin``, which
-turns reports into recorded results and, at the end, announces the ``RunSummary``
+turns reports into recorded results and, at the end, announces the ``RunAccount``
 (``pytest_convmatrix_finished``) and prints it.
 """
 

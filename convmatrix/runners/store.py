@@ -1,7 +1,7 @@
 """Where a run's results go: the ``RunStore`` protocol and ``MemoryStore`` (``--no-db``).
 
 The runners never import the database. The controller records through a store handed to it
-(``convmatrix.db.store.DatabaseStore``: by ``convmatrix.run``, or by the database's pytest
+(``convmatrix.db.run_store.DatabaseStore``: by ``convmatrix.run``, or by the database's pytest
 plugin under a plain ``pytest --matrix ...``); ``--no-db`` gets a ``MemoryStore``, which keeps
 nothing and cannot resume.
 """

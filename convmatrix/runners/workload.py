@@ -82,12 +82,12 @@ def load_workload(source: str, kernel: Any) -> Workload:
     )
 
 
-def combined_identity(plans: Sequence[Workload]) -> tuple[str, str]:
-    """(matrix name, content hash) of a run over one or more plans."""
-    if len(plans) == 1:
-        return plans[0].name, plans[0].content_hash
-    joined = "+".join(p.content_hash for p in plans)
-    return "+".join(p.name for p in plans), hashlib.sha256(joined.encode()).hexdigest()
+def combined_identity(workloads: Sequence[Workload]) -> tuple[str, str]:
+    """(matrix name, content hash) of a run over one or more workloads."""
+    if len(workloads) == 1:
+        return workloads[0].name, workloads[0].content_hash
+    joined = "+".join(w.content_hash for w in workloads)
+    return "+".join(w.name for w in workloads), hashlib.sha256(joined.encode()).hexdigest()
 
 
 def _matches(case: Case, wanted: str) -> bool:

@@ -16,7 +16,7 @@ from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
 from convmatrix.core.verdict import describe
 from convmatrix.service.regressions import Regression, ScanResult
 
-__all__ = ["SUMMARY_LIMIT", "junit_xml", "summary_markdown", "write_junit"]
+__all__ = ["SUMMARY_LIMIT", "job_summary_markdown", "junit_xml", "write_junit"]
 
 SUMMARY_LIMIT = 1024 * 1024 - 16 * 1024  # GitHub's 1 MiB, less room for other steps' lines
 
@@ -78,7 +78,7 @@ def _regression_rows(regs: Sequence[Regression], base_url: str | None) -> list[s
     ]
 
 
-def summary_markdown(
+def job_summary_markdown(
     run_id: int,
     title: str,
     counts: dict[str, int],

@@ -1,4 +1,4 @@
-"""Timing one case: every scope, the yardsticks, and each time against its lower bound.
+"""Timing one case: every scope, the yardsticks, and each time against its time floor.
 
 ``run_case`` calls ``time_case`` for a ``timed`` case *after* judging it, on fresh inputs, so
 no timing ever runs inside the numeric comparison. Rows produced (``TimingResult.scope``):
@@ -7,13 +7,13 @@ no timing ever runs inside the numeric comparison. Rows produced (``TimingResult
   ``reset`` and ``advance``), ``subgraph`` (``convmatrix.runners.timing.scopes``, ``.subgraph``);
 - ``framework``: the framework path's (``torch``) public call on the same case, side by side
   (absent when the kernel under test is the framework path itself);
-- ``memcpy``: a copy moving the case's D bytes, the yardstick of the bound's memory term;
+- ``memcpy``: a copy moving the case's D bytes, the yardstick of the time floor.s memory term;
 - ``fma``, ``gemm``: this process's compute calibration (``convmatrix.runners.timing.calibrate``).
 
 For every kernel, op, subgraph and framework row: ``flops``/``bytes_moved`` from the model,
-``bound_s = max(F / P_eff, t_memcpy(D))`` (the memory term is the measured copy of the same D
+``floor_s = max(F / P_eff, t_memcpy(D))`` (the memory term is the measured copy of the same D
 bytes, ``D / BW_eff`` with ``BW_eff`` measured at that size; P_eff the element-wise FMA rate,
-for the subgraph's dense layers the GEMM rate) and ``efficiency = bound / median``.
+for the subgraph's dense layers the GEMM rate) and ``efficiency = floor / median``.
 
 On the cpu device under the default ``process`` clock (``devices.cpu_clock``) a case is
 timed with one intra-op thread: the CPU time of a call is then its latency on one core, and no
@@ -69,8 +69,8 @@ def _inputs(case: Case, device: torch.device, kernel: Any) -> Any:
     return build_forward(case, device)
 
 
-class _Bounds:
-    """Lower bounds of one case: ``max(F / P_eff, t_copy(D))``, one copy timing per D; the
+class _Floors:
+    """Lower floors of one case: ``max(F / P_eff, t_copy(D))``, one copy timing per D; the
     flops of work with dense layers (the subgraph) at the GEMM rate."""
 
     def __init__(self, device: torch.device, compute: float, dense: float) -> None:
@@ -112,11 +112,11 @@ def measure_interleaved(
     return results
 
 
-def _with_bound(result: TimingResult, item: Timed, bounds: _Bounds) -> TimingResult:
-    work, bound = item.work, bounds.of(item.work, item.dense)
+def _with_floor(result: TimingResult, item: Timed, floors: _Floors) -> TimingResult:
+    work, floor = item.work, floors.of(item.work, item.dense)
     return replace(
-        result, flops=float(work.flops), bytes_moved=float(work.bytes), bound_s=bound,
-        efficiency=efficiency(bound, result.median_s),
+        result, flops=float(work.flops), bytes_moved=float(work.bytes), floor_s=floor,
+        efficiency=efficiency(floor, result.median_s),
     )  # fmt: skip
 
 
@@ -163,15 +163,15 @@ def _time_case(
 ) -> list[TimingResult]:
     sampling = sampling_for(settings)
     cal = calibration(device)
-    bounds = _Bounds(device, cal.rates.compute, cal.dense)
+    floors = _Floors(device, cal.rates.compute, cal.dense)
     work = work_of(case)
     items = _scopes(kernel, framework, case, device)
     copy = Timed("memcpy", copy_call(device, work.bytes), Work(0.0, work.bytes))
     measured = measure_interleaved([*items, copy], device, sampling)
-    # The interleaved copy of D bytes is the yardstick row and the bound of the conv's own D.
+    # The interleaved copy of D bytes is the yardstick row and the time floor of the conv's own D.
     yard = replace(measured[-1], flops=0.0, bytes_moved=float(copy_bytes(work.bytes)))
-    bounds.copies[work.bytes] = yard
-    rows = [_with_bound(r, t, bounds) for r, t in zip(measured, items, strict=False)]
+    floors.copies[work.bytes] = yard
+    rows = [_with_floor(r, t, floors) for r, t in zip(measured, items, strict=False)]
     streaming = yard.bytes_moved / cal.rates.bandwidth if yard.bytes_moved else None
     yardstick = efficiency(streaming, yard.median_s) if streaming else None
-    return [*rows, replace(yard, bound_s=streaming, efficiency=yardstick), cal.fma, cal.gemm]
+    return [*rows, replace(yard, floor_s=streaming, efficiency=yardstick), cal.fma, cal.gemm]

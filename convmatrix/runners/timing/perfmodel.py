@@ -3,7 +3,7 @@
 F counts the arithmetic the operator must do and D the bytes it must move (read every input
 once, write every output once), from a case's shapes alone. P_eff and BW_eff are *measured* on
 the device (fused multiply-adds on a cache-resident buffer; a copy of D bytes — Dao's own
-yardstick, "as fast as a memcpy"), never peak sheet numbers. Efficiency = bound / measured.
+yardstick, "as fast as a memcpy"), never peak sheet numbers. Efficiency = time floor / measured.
 
 Flop conventions (multiply and add count separately), per output element:
 - z: K multiplies + K-1 adds (+1 with bias); SiLU: sigmoid 3 (exp, add, reciprocal) + 1 mul.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from convmatrix.core.case import Case
 from convmatrix.core.dtypes import ITEMSIZE
 
-__all__ = ["Rates", "Work", "efficiency", "lower_bound", "work_of"]
+__all__ = ["Rates", "Work", "efficiency", "time_floor", "work_of"]
 
 SILU_FLOPS = 4
 SILU_GRAD_FLOPS = 8
@@ -96,9 +96,9 @@ class Rates:
     compute: float  # flop/s, from a fused multiply-add
 
 
-def lower_bound(work: Work, rates: Rates) -> float:
+def time_floor(work: Work, rates: Rates) -> float:
     return max(work.flops / rates.compute, work.bytes / rates.bandwidth)
 
 
-def efficiency(bound_s: float, measured_s: float) -> float:
-    return bound_s / measured_s if measured_s > 0 else float("nan")
+def efficiency(floor_s: float, measured_s: float) -> float:
+    return floor_s / measured_s if measured_s > 0 else float("nan")

@@ -13,7 +13,7 @@
   state shifts, a ring's ``cache_seqlens`` moves on by ``tokens`` between calls).
 - ``subgraph``: ``convmatrix.runners.timing.subgraph``, the conv inside a small Mamba-style block.
 
-Each ``Timed`` carries its ``Work`` (``convmatrix.runners.timing.perfmodel``) for the lower bound.
+Each ``Timed`` carries its ``Work`` (``convmatrix.runners.timing.perfmodel``) for the time floor.
 """
 
 from __future__ import annotations

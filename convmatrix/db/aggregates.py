@@ -4,7 +4,7 @@
 input dtype. Medians need every metric row of the dtype sorted, which over a million rows takes
 seconds (benchmarks/bench_reports.py); a run's numbers never change once it stops writing, so
 they are computed then and stored in ``run_summaries`` (and the per-dtype outcome counts in
-``run_counts``). The SELECTs below are the only definition of those numbers: ``summarise_runs``
+``run_counts``). The SELECTs below are the only definition of those numbers: ``aggregate_runs``
 fills the tables from them, and ``queries.history`` runs the same SELECTs live for runs whose
 summary is missing or stale (``Run.summarised_at`` NULL: running, or written since).
 """
@@ -31,14 +31,14 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from convmatrix.core.records import OUTCOMES
-from convmatrix.db.models import CaseRow, MetricRow, Run, RunCountRow, RunSummaryRow, utcnow
+from convmatrix.db.models import CaseRow, MetricRow, Run, RunAggregateRow, RunCountRow, utcnow
 
 __all__ = [
     "COUNT_COLUMNS",
     "SUMMARY_COLUMNS",
+    "aggregate_pending",
+    "aggregate_runs",
     "count_select",
-    "summarise_pending",
-    "summarise_runs",
     "summary_select",
 ]
 
@@ -140,7 +140,7 @@ def count_select(run_ids: Sequence[int], *, dtype: str | None = None) -> Select[
     )
 
 
-def summarise_runs(db: Executor, run_ids: Sequence[int]) -> None:
+def aggregate_runs(db: Executor, run_ids: Sequence[int]) -> None:
     """(Re)compute the stored summaries of ``run_ids`` and mark them current.
 
     Runs inside the caller's transaction (the writer's, with its status update), so a reader
@@ -149,14 +149,14 @@ def summarise_runs(db: Executor, run_ids: Sequence[int]) -> None:
     ordered = sorted(set(run_ids))
     for start in range(0, len(ordered), _CHUNK):
         ids = ordered[start : start + _CHUNK]
-        for model in (RunSummaryRow, RunCountRow):
+        for model in (RunAggregateRow, RunCountRow):
             db.execute(delete(model).where(model.run_id.in_(ids)))
-        db.execute(insert(RunSummaryRow).from_select(SUMMARY_COLUMNS, summary_select(ids)))
+        db.execute(insert(RunAggregateRow).from_select(SUMMARY_COLUMNS, summary_select(ids)))
         db.execute(insert(RunCountRow).from_select(COUNT_COLUMNS, count_select(ids)))
         db.execute(update(Run).where(Run.id.in_(ids)).values(summarised_at=utcnow()))
 
 
-def summarise_pending(db: Executor) -> list[int]:
+def aggregate_pending(db: Executor) -> list[int]:
     """Summarise every run that stopped writing without a current summary; returns their ids.
 
     Used after a schema upgrade (runs written before summaries existed) and by tools that
@@ -167,5 +167,5 @@ def summarise_pending(db: Executor) -> list[int]:
             select(Run.id).where(Run.summarised_at.is_(None), Run.status != "running")
         ).scalars()
     )
-    summarise_runs(db, ids)
+    aggregate_runs(db, ids)
     return ids

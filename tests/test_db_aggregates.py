@@ -26,16 +26,16 @@ from convmatrix.core.records import OUTCOMES
 from convmatrix.db import (
     ResultWriter,
     Session,
+    aggregate_pending,
     case_counts,
     current_revision,
     history,
     make_engine,
     open_database,
-    summarise_pending,
 )
 from convmatrix.db.engine import write_connection
 from convmatrix.db.migrate import alembic_config
-from convmatrix.db.models import CaseRow, Run, RunSummaryRow
+from convmatrix.db.models import CaseRow, Run, RunAggregateRow
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -107,7 +107,7 @@ def test_stored_summaries_equal_the_live_computation(db_engine):
         runs_data[_write(db_engine, results, kernel="x" if k else "y")] = results
     with Session(db_engine) as session:
         assert None not in session.scalars(select(Run.summarised_at)).all()
-        assert session.scalar(select(func.count()).select_from(RunSummaryRow)) == sum(
+        assert session.scalar(select(func.count()).select_from(RunAggregateRow)) == sum(
             len(_expected_history(runs_data, d)) for d in DTYPES
         )
         stored = _snapshot(session)
@@ -119,7 +119,7 @@ def test_stored_summaries_equal_the_live_computation(db_engine):
         _check_against_records(session, runs_data)
     assert live == stored  # the same SELECT: exactly the same doubles
     with Session(db_engine) as session, session.begin():
-        assert sorted(summarise_pending(session)) == sorted(runs_data)
+        assert sorted(aggregate_pending(session)) == sorted(runs_data)
     with Session(db_engine) as session:
         assert _snapshot(session) == stored
 
@@ -201,7 +201,7 @@ def test_interrupted_and_reaped_runs_are_summarised(db_engine):
         for run_id, status in ((interrupted, "interrupted"), (orphan, "abandoned")):
             run = session.get(Run, run_id)
             assert run.status == status and run.summarised_at is not None
-        stored = session.scalars(select(RunSummaryRow.run_id)).all()
+        stored = session.scalars(select(RunAggregateRow.run_id)).all()
     assert sorted(set(stored)) == sorted((interrupted, orphan))
 
 

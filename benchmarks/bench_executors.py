@@ -1,6 +1,6 @@
 """The Ray engine's overhead beside xdist's: start-up and per-case cost, as a ratio.
 
-    python benchmarks/bench_engines.py [--matrix nightly] [--kernel torch] [--rounds 2] [-n 2]
+    python benchmarks/bench_executors.py [--matrix nightly] [--kernel torch] [--rounds 2] [-n 2]
 
 Each measurement is the whole ``convmatrix run`` command (``--no-db``), as a user would time
 it: ``--engine xdist -n N`` (N pytest-xdist workers) and ``--engine ray -n N`` (a local Ray

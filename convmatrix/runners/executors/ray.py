@@ -1,6 +1,6 @@
-"""The ``ray`` engine: a run's cases on device actors of a Ray cluster, one driver recording.
+"""The ``ray`` executor: a run's cases on device actors of a Ray cluster, one driver recording.
 
-``convmatrix run --engine ray [--address ADDR]`` (``pip install 'convmatrix[ray]'``):
+``convmatrix run --executor ray [--address ADDR]`` (``pip install 'convmatrix[ray]'``):
 
 - **Devices are resources.** Each node declares how many devices it offers as a custom
   resource named after the kind: ``cuda``, ``mlu`` (Ray has no native MLU support) or
@@ -37,20 +37,20 @@ from typing import Any
 from convmatrix.core.case import Case
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
+from convmatrix.runners.account import RunAccount
 from convmatrix.runners.controller import Controller, RunRequest, Setup
 from convmatrix.runners.isolated import ChildSpec, IsolatedRunner
 from convmatrix.runners.placement import place_device
 from convmatrix.runners.store import RunStore
-from convmatrix.runners.summary import RunSummary
 
-__all__ = ["MAX_RETRIES", "RESOURCES", "DeviceWorker", "RayEngine", "import_ray"]
+__all__ = ["MAX_RETRIES", "RESOURCES", "DeviceWorker", "RayExecutor", "import_ray"]
 
 MAX_RETRIES = 2  # resubmissions of a case after lost actors or nodes; then "lost node"
 RESOURCES = {"cuda": "cuda", "mlu": "mlu", "cpu": "cpu_slot"}  # device kind -> resource
 LOST = "lost node"  # the reason of an exhausted case (outcome ``lost``; see the report)
 # Ray nices its workers (15) so that its daemons stay responsive; here the workers are the
 # job, and a niced case starves behind anything else on the host (docs/deploy.md).
-UNNICED = {"worker_niceness": 0}  # the _system_config of a cluster the engine starts
+UNNICED = {"worker_niceness": 0}  # the _system_config of a cluster the executor starts
 UNAVAILABLE = "unavailable: ray is not installed (pip install 'convmatrix[ray]')"
 
 
@@ -59,12 +59,12 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UsageError(f"--engine ray: {UNAVAILABLE}") from None
+        raise UsageError(f"--executor ray: {UNAVAILABLE}") from None
     return ray
 
 
 class DeviceWorker:
-    """The body of a device actor (made a Ray actor by the engine): where it is, then bound to
+    """The body of a device actor (made a Ray actor by the executor): where it is, then bound to
     one device, then running batches of cases in its child process."""
 
     def __init__(self, handover: dict[str, Any]) -> None:
@@ -135,7 +135,7 @@ def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     return (ex.RayActorError, ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError)
 
 
-class RayEngine:
+class RayExecutor:
     """``address``: a running cluster (``ray start --head ...``); None starts a local one
     with one ``cpu_slot`` per worker (``-n``). ``batch``: cases per actor call."""
 
@@ -146,9 +146,9 @@ class RayEngine:
         self.batch = max(1, batch)
         self.verbose = verbose
 
-    def run(self, request: RunRequest, store: RunStore) -> RunSummary:
+    def run(self, request: RunRequest, store: RunStore) -> RunAccount:
         ray = import_ray()
-        request.engine = "ray"
+        request.executor = "ray"
         setup = Setup.of(request, store)
         kind = setup.prepared.device.type
         resource = RESOURCES[kind]
@@ -207,7 +207,7 @@ class RayEngine:
         units = int(ray.cluster_resources().get(resource, 0))
         if units < 1:
             raise UsageError(
-                f"--engine ray: no node of the cluster declares the resource {resource!r}; "
+                f"--executor ray: no node of the cluster declares the resource {resource!r}; "
                 f"start nodes with --resources '{{\"{resource}\": N}}' (docs/deploy.md)"
             )
         remote = ray.remote(DeviceWorker).options(

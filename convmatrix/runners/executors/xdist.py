@@ -1,9 +1,9 @@
-"""The ``xdist`` engine: the run as one pytest session, its cases as items on xdist workers.
+"""The ``xdist`` executor: the run as one pytest session, its cases as items on xdist workers.
 
 It prepares the run before pytest starts (a typo is exit 2 with a clear message, not a pytest
 traceback), hands the prepared run to the plugin (``pytest_convmatrix_setup``), runs pytest
 in this process with a neutral configuration and only the plugins a run needs, and returns
-the ``RunSummary`` the plugin announces (``pytest_convmatrix_finished``).
+the ``RunAccount`` the plugin announces (``pytest_convmatrix_finished``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from convmatrix.core.errors import ConvmatrixError, UsageError
+from convmatrix.runners.account import RunAccount
 from convmatrix.runners.controller import RunRequest, Setup
 from convmatrix.runners.store import RunStore
-from convmatrix.runners.summary import RunSummary
 
-__all__ = ["XdistEngine", "pytest_args"]
+__all__ = ["XdistExecutor", "pytest_args"]
 
 _AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
@@ -56,27 +56,27 @@ def _only_our_plugins() -> Iterator[None]:
 
 
 class _Handover:
-    """The engine's side of the plugin's hooks: the prepared run in, the summary out."""
+    """The executor's side of the plugin's hooks: the prepared run in, the summary out."""
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
-        self.summary: RunSummary | None = None
+        self.summary: RunAccount | None = None
 
     def pytest_convmatrix_setup(self, config: pytest.Config) -> Setup:
         return self.setup
 
-    def pytest_convmatrix_finished(self, config: pytest.Config, summary: RunSummary) -> None:
+    def pytest_convmatrix_finished(self, config: pytest.Config, summary: RunAccount) -> None:
         self.summary = summary
 
 
-class XdistEngine:
+class XdistExecutor:
     """``verbose``: pytest's -v count; ``extra``: more pytest arguments (tests, debugging)."""
 
     def __init__(self, verbose: int = 0, extra: Sequence[str] = (), **_: Any) -> None:
         self.verbose = verbose
         self.extra = list(extra)
 
-    def run(self, request: RunRequest, store: RunStore) -> RunSummary:
+    def run(self, request: RunRequest, store: RunStore) -> RunAccount:
         setup = Setup.of(request, store)
         n_cases = len(setup.prepared.planned())
         handover = _Handover(setup)
@@ -86,7 +86,7 @@ class XdistEngine:
         return _summary(code, handover.summary)
 
 
-def _summary(code: Any, summary: RunSummary | None) -> RunSummary:
+def _summary(code: Any, summary: RunAccount | None) -> RunAccount:
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError("pytest refused the run (its message is above)")
     if summary is None:

@@ -1,6 +1,6 @@
 """The account of a finished run: counts by outcome, the worst failures, the exit status.
 
-``Controller.finish`` builds one ``RunSummary`` per run; ``convmatrix.run`` returns it, the
+``Controller.finish`` builds one ``RunAccount`` per run; ``convmatrix.run`` returns it, the
 pytest plugin prints it, and the exit status is computed from it (``exit_code``), never read
 from anyone's state. Failure lines come from the one verdict builder
 (``convmatrix.core.verdict.describe``), ordered by ``case_severity`` like the run report.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
 from convmatrix.core.verdict import case_severity, describe
 
-__all__ = ["RunSummary", "counts_line", "worst_failures"]
+__all__ = ["RunAccount", "counts_line", "worst_failures"]
 
 
 def counts_line(counts: Mapping[str, int]) -> str:
@@ -29,7 +29,7 @@ def worst_failures(results: Iterable[CaseResult], limit: int = 5) -> list[CaseRe
 
 
 @dataclass
-class RunSummary:
+class RunAccount:
     """One run as it ended. ``counts`` are the run's (a resumed run's earlier sessions
     included, when a store keeps them); ``session`` this session's own."""
 
