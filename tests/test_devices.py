@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from convmatrix.cli import main
 from convmatrix.core import devices
 from convmatrix.core.errors import UsageError
+from convmatrix.runners.memory import PeakMemory
 
 
 def test_cpu_is_always_available_and_accelerators_say_why_not():
@@ -63,14 +65,28 @@ def test_visible_devices_env_maps_worker_index_through_the_parent_restriction():
         devices.visible_devices_env("tpu", 0, {})
 
 
-def test_cpu_timer_synchronize_and_memory_hooks():
+def test_cpu_timer_and_synchronize():
     timer = devices.timer("cpu")
     timer.start()
     torch.ones(1000).sum()
     assert timer.stop() >= 0.0
     devices.synchronize("cpu")  # a no-op, must not raise
-    devices.reset_peak_memory("cpu")
-    assert devices.peak_memory("cpu") is None
+
+
+def test_peak_memory_on_the_cpu_counts_what_a_case_adds():
+    with PeakMemory(torch.device("cpu")) as memory:
+        block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, touched
+        block += 1
+    # Resident high-water mark minus the start: at least most of the 64 MiB just touched
+    # (the allocator may reuse a little freed memory), not some unrelated process figure.
+    assert memory.peak_mb is not None and 48 <= memory.peak_mb < 1024
+
+
+def test_peak_memory_asks_the_devices_backend_for_any_accelerator():
+    # One implementation for every kind: "mlu" goes to torch_mlu's torch.mlu like "cuda" goes
+    # to torch.cuda (torch.device("mlu") itself needs torch_mlu, so the kind is given plainly).
+    with pytest.raises(UsageError, match="torch_mlu"):
+        PeakMemory(SimpleNamespace(type="mlu")).__enter__()
 
 
 def test_devices_command_text_and_json(capsys):

@@ -39,8 +39,6 @@ __all__ = [
     "cpu_cores",
     "discover",
     "discover_all",
-    "peak_memory",
-    "reset_peak_memory",
     "resolve_device",
     "synchronize",
     "timer",
@@ -111,11 +109,13 @@ def backend_module(kind: str) -> Any:
     """``torch.cuda`` or ``torch.mlu`` (importing torch_mlu first); None for cpu."""
     if kind == "cpu":
         return None
+    why = None
     if kind == "mlu" and getattr(torch, "mlu", None) is None:
-        _import_torch_mlu()
+        _, why = _import_torch_mlu()
     module = getattr(torch, kind, None)
     if module is None:
-        raise UsageError(f"device kind {kind!r} is not available in this torch build")
+        raise UsageError(f"device kind {kind!r} is not available in this torch build"
+                         + (f" ({why})" if why else ""))  # fmt: skip
     return module
 
 
@@ -304,20 +304,6 @@ def timer(device: torch.device | str) -> Timer:
     if device.type == "cpu":
         return _ProcessTimer() if cpu_clock() == "process" else _ClockTimer()
     return _EventTimer(backend_module(device.type))
-
-
-def reset_peak_memory(device: torch.device | str) -> None:
-    device = torch.device(device)
-    if device.type != "cpu":
-        backend_module(device.type).reset_peak_memory_stats(device)
-
-
-def peak_memory(device: torch.device | str) -> int | None:
-    """Peak bytes allocated on ``device`` since the last reset; None on cpu (not tracked)."""
-    device = torch.device(device)
-    if device.type == "cpu":
-        return None
-    return int(backend_module(device.type).max_memory_allocated(device))
 
 
 def visible_devices_env(

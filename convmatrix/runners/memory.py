@@ -1,6 +1,7 @@
 """Peak memory of one case: what it added on its device (or to the process on the CPU).
 
-CUDA: ``torch.cuda`` peak allocation statistics, reset before the case. CPU: the kernel's
+A device (CUDA, MLU): its backend's peak allocation statistics (``torch.cuda`` /
+``torch.mlu``, through ``core.devices.backend_module``), reset before the case. CPU: the kernel's
 high-water mark of resident memory (``VmHWM``), reset through ``/proc/self/clear_refs`` before
 the case, minus the resident size at its start: this counts every allocation (torch's CPU
 allocator, numpy, a C extension), which tracemalloc would not. ``None`` where neither works.
@@ -13,6 +14,8 @@ import re
 from pathlib import Path
 
 import torch
+
+from convmatrix.core.devices import backend_module
 
 __all__ = ["PeakMemory"]
 
@@ -35,10 +38,11 @@ class PeakMemory:
         self._start = 0
 
     def __enter__(self) -> PeakMemory:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._start = torch.cuda.memory_allocated(self.device)
-        elif self.device.type == "cpu":
+        if self.device.type != "cpu":
+            backend = backend_module(self.device.type)
+            backend.reset_peak_memory_stats(self.device)
+            self._start = backend.memory_allocated(self.device)
+        else:
             try:
                 Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to VmRSS
             except OSError:
@@ -48,10 +52,10 @@ class PeakMemory:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(self.device)
+        if self.device.type != "cpu":
+            peak = backend_module(self.device.type).max_memory_allocated(self.device)
             self.peak_mb = max(0, peak - self._start) / _MB
-        elif self.device.type == "cpu" and self._start >= 0:
+        elif self._start >= 0:
             hwm = _status_kb("VmHWM")
             if hwm is not None:
                 self.peak_mb = max(0, hwm * 1024 - self._start) / _MB

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from convmatrix.kernels.interface.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.interface.protocol import Capabilities, KernelBase
-from convmatrix.kernels.oracle.semantics import check_forward_args, update_via_forward
+from convmatrix.kernels.oracle.semantics import check_forward_args, is_silu, update_via_forward
 
 __all__ = ["TorchKernel", "torch_forward"]
 
@@ -34,7 +34,7 @@ def _conv(
     w = weight.to(dtype).unsqueeze(1)
     b = None if bias is None else bias.to(dtype)
     y = F.conv1d(xe, w, b, groups=x.shape[1])
-    return F.silu(y) if activation in ("silu", "swish") else y
+    return F.silu(y) if is_silu(activation) else y
 
 
 def _packed(x, weight, bias, state, seq_idx, activation) -> torch.Tensor:

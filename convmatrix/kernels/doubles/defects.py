@@ -26,6 +26,7 @@ import torch
 from convmatrix.kernels.interface.protocol import Capabilities, KernelBase
 from convmatrix.kernels.oracle.semantics import (
     check_forward_args,
+    is_silu,
     packed_tap_masks,
     update_via_forward,
 )
@@ -131,7 +132,7 @@ class Fp32Kernel(KernelBase):
         activation: str | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         check_forward_args(x, weight, bias, initial_state, seq_idx, activation)
-        silu = activation in ("silu", "swish")
+        silu = is_silu(activation)
         y, final = _Function.apply(x, weight, bias, initial_state, seq_idx, silu, self)
         return (y, final) if return_final_state else y
 
@@ -147,7 +148,7 @@ class Fp32Kernel(KernelBase):
         state_indices: torch.Tensor | None = None,
     ) -> torch.Tensor:
         def forward(xl, w, b, history, act):
-            y = self._forward32(xl, w, b, history, None, act in ("silu", "swish"))[0]
+            y = self._forward32(xl, w, b, history, None, is_silu(act))[0]
             return y.to(xl.dtype)
 
         with torch.no_grad():

@@ -17,14 +17,13 @@ import torch
 
 from convmatrix.kernels.adapters.mlu_ops import MluOps
 from convmatrix.kernels.oracle.reference import conv_forward, reference_forward
+from convmatrix.kernels.oracle.semantics import is_silu
 
 __all__ = ["STANDIN_OPS", "causal_conv1d", "causal_conv1d_fn", "causal_conv1d_update"]
 
-_SILU = ("silu", "swish", True)
-
 
 def _activation(activation: Any) -> str | None:
-    return "silu" if activation in _SILU else None
+    return "silu" if activation is True or is_silu(activation) else None
 
 
 def causal_conv1d_fn(

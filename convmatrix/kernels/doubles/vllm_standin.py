@@ -23,6 +23,7 @@ import torch
 
 from convmatrix.kernels.doubles.mlu_standin import causal_conv1d_fn
 from convmatrix.kernels.oracle.reference import conv_forward
+from convmatrix.kernels.oracle.semantics import is_silu
 
 __all__ = ["PAD_SLOT_ID", "causal_conv1d_fn", "causal_conv1d_update"]
 
@@ -54,7 +55,7 @@ def causal_conv1d_update(
     if isinstance(activation, bool):
         activation = "silu" if activation else None
     elif activation is not None:
-        assert activation in ("silu", "swish")
+        assert is_silu(activation)
     original = x.dtype
     x = x.to(conv_state.dtype)
     unsqueeze = x.dim() == 2

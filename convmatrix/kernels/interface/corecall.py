@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from convmatrix.kernels.oracle.semantics import is_silu
+
 __all__ = ["CORE_OPS", "CoreArgs", "CoreCall", "core_call_of", "update_history"]
 
 CORE_OPS = ("fwd", "fwd_bwd", "bwd", "update")
@@ -65,7 +67,7 @@ class CoreArgs:
 
     @property
     def silu(self) -> bool:
-        return self.activation in ("silu", "swish")
+        return is_silu(self.activation)
 
 
 def core_call_of(kernel: Any) -> Callable[[CoreArgs], CoreCall | None] | None:

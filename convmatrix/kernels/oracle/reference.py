@@ -28,6 +28,7 @@ from convmatrix.kernels.interface.corecall import CoreArgs, CoreCall, update_his
 from convmatrix.kernels.interface.protocol import Capabilities, KernelBase
 from convmatrix.kernels.oracle.semantics import (
     check_forward_args,
+    is_silu,
     packed_tap_masks,
     update_via_forward,
 )
@@ -121,7 +122,7 @@ def conv_forward(
             atap = xa[:, :, k : k + seqlen]
             mag.addcmul_(atap if masks is None else atap * masks[k], wa[None, :, k, None])
     del xa
-    silu = activation in ("silu", "swish")
+    silu = is_silu(activation)
     sig = torch.sigmoid(z) if silu else None
     y = z * sig if sig is not None else z.clone()
     if live is not None:

@@ -15,16 +15,25 @@ from convmatrix.kernels.interface.protocol import ContractError
 
 __all__ = [
     "ACTIVATIONS",
+    "SILU",
     "check_forward_args",
     "check_update_args",
     "decode_prefix",
+    "is_silu",
     "packed_tap_masks",
     "pool_rows",
     "update_via_forward",
     "write_decode_state",
 ]
 
-ACTIVATIONS = (None, "silu", "swish")
+# The spellings of SiLU in Dao's API: ``activation in ["silu", "swish"]``.
+SILU = ("silu", "swish")
+ACTIVATIONS = (None, *SILU)
+
+
+def is_silu(activation: object) -> bool:
+    """Whether a kernel call's ``activation`` asks for SiLU (every spelling the API takes)."""
+    return activation in SILU
 
 
 def check_forward_args(

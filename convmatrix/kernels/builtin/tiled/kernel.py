@@ -27,13 +27,12 @@ from convmatrix.kernels.interface.protocol import Capabilities, Geometry, Kernel
 from convmatrix.kernels.oracle.semantics import (
     check_forward_args,
     decode_prefix,
+    is_silu,
     update_via_forward,
     write_decode_state,
 )
 
 __all__ = ["TiledFunction", "TiledKernel"]
-
-_SILU = ("silu", "swish")
 
 
 class TiledFunction(torch.autograd.Function):
@@ -41,7 +40,7 @@ class TiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, initial_state, seq_idx, activation, geometry):  # type: ignore[override]
-        silu = activation in _SILU
+        silu = is_silu(activation)
         y, final = tiled_forward(x, weight, bias, initial_state, seq_idx, silu, geometry)
         ctx.save_for_backward(x, weight, bias, initial_state, seq_idx)
         ctx.silu, ctx.geometry = silu, geometry
@@ -138,7 +137,7 @@ class TiledKernel(KernelBase):
 
     def update_forward(self, xl, w, b, history, act):  # type: ignore[no-untyped-def]
         """The forward over the new tokens with ``history`` (K-1 newest cached) as the state."""
-        return tiled_forward(xl, w, b, history, None, act in _SILU, self.geometry)[0]
+        return tiled_forward(xl, w, b, history, None, is_silu(act), self.geometry)[0]
 
     def core_call(self, args: CoreArgs) -> CoreCall:
         """The tile loops alone (``convmatrix.kernels.interface.corecall``): ``prepare`` (FP32

@@ -25,11 +25,10 @@ import torch
 from convmatrix.kernels.builtin.tiled.backward import Gradients, tiled_backward
 from convmatrix.kernels.builtin.tiled.forward import tiled_forward
 from convmatrix.kernels.builtin.tiled.kernel import TiledKernel
-from convmatrix.kernels.oracle.semantics import check_forward_args
+from convmatrix.kernels.oracle.semantics import check_forward_args, is_silu
 
 __all__ = ["DIMENSIONS", "Bug", "Call", "SeededKernel"]
 
-_SILU = ("silu", "swish")
 
 # The rows of docs/spec.md §3 (plus the gradient layout dimension) a bug is meant for.
 DIMENSIONS = (
@@ -169,7 +168,7 @@ class SeededKernel(TiledKernel):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         check_forward_args(x, weight, bias, initial_state, seq_idx, activation)
         call = Call(
-            x, weight, bias, initial_state, seq_idx, activation in _SILU, return_final_state
+            x, weight, bias, initial_state, seq_idx, is_silu(activation), return_final_state
         )
         y, final = SeededFunction.apply(self, call, x, weight, bias, initial_state)
         return (y, final) if return_final_state else y
