@@ -14,7 +14,6 @@ from convmatrix.kernels.builtin.planner import (
     backward_buffers,
     forward_buffers,
     geometry_for_budget,
-    parse_dtypes,
     rank_tiles,
     workspace_bytes,
 )
@@ -112,11 +111,16 @@ def test_geometry_for_budget_fits_both_passes():
         geometry_for_budget(100, width=4, dtype="float32", dim=32)
 
 
-def test_dtype_parsing():
-    assert parse_dtypes("bf16/fp32") == ("bfloat16", "float32")
-    assert parse_dtypes("float16") == ("float16", "float16")
-    with pytest.raises(UsageError, match="--dtype"):
-        parse_dtypes("int8")
+@pytest.mark.parametrize("spelling", ["BF16", "bf16", "bfloat16", "torch.bfloat16"])
+def test_plan_takes_every_dtype_spelling_the_other_commands_take(spelling, capsys):
+    argv = ["plan", "--budget", "31488", "--width", "4", "--dim", "4096"]
+    assert main([*argv, "--dtype", f"{spelling}/f32"]) == 0
+    assert "x bfloat16 (s_x=2), w float32 (s_w=4)" in capsys.readouterr().out
+
+
+def test_plan_refuses_an_unknown_dtype_naming_the_argument(capsys):
+    assert main(["plan", "--budget", "31488", "--width", "4", "--dim", "64", "--dtype", "int8"]) == 2
+    assert "--dtype 'int8': not a case dtype" in capsys.readouterr().err
 
 
 def test_plan_command_spells_out_every_buffer(capsys):

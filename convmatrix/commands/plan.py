@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import argparse
 
+from convmatrix.core.dtypes import ITEMSIZE, parse_dtype_pair
 from convmatrix.core.errors import UsageError
-from convmatrix.kernels.builtin.planner import (
-    DTYPE_BYTES,
-    TileCost,
-    parse_dtypes,
-    rank_tiles,
-    workspace_bytes,
-)
+from convmatrix.kernels.builtin.planner import TileCost, rank_tiles, workspace_bytes
 
 __all__ = ["add_arguments", "plan_command", "render_plan"]
 
@@ -56,8 +51,8 @@ def render_plan(
     silu: bool = True,
     top: int = 10,
 ) -> str:
-    x_dtype, w_dtype = parse_dtypes(dtype)
-    s_x, s_w = DTYPE_BYTES[x_dtype], DTYPE_BYTES[w_dtype]
+    x_dtype, w_dtype = parse_dtype_pair(dtype)
+    s_x, s_w = ITEMSIZE[x_dtype], ITEMSIZE[w_dtype]
     mode = "double buffer" if double_buffer else "single buffer"
     lines = [
         f"budget {budget} bytes, K={width}, x {x_dtype} (s_x={s_x}), w {w_dtype} (s_w={s_w}), "

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from convmatrix.core.errors import UsageError
+
 __all__ = [
     "ALIASES",
     "CASE_DTYPES",
     "ITEMSIZE",
     "UNIT_ROUNDOFF",
     "canonical_dtype",
+    "case_dtype",
     "coarser",
+    "parse_case_dtype",
+    "parse_dtype_pair",
     "short_name",
     "torch_dtype",
 ]
@@ -57,6 +62,37 @@ _SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f6
 def canonical_dtype(name: str) -> str | None:
     """``bf16`` → ``bfloat16`` (any known spelling, case-insensitive); None when unknown."""
     return ALIASES.get(name.strip().lower())
+
+
+def case_dtype(name: object) -> str | None:
+    """The case dtype a spelling names (``BF16``, ``f16``, ``torch.float32``, ``half``...);
+    None for anything else, float64 included (the reference's, never a case's). Every command,
+    matrix key and served URL reads dtypes through here, so they all take the same spellings."""
+    if not isinstance(name, str):
+        return None
+    dtype = canonical_dtype(name.strip().removeprefix("torch."))
+    return dtype if dtype in CASE_DTYPES else None
+
+
+def _spellings() -> str:
+    return f"{', '.join(CASE_DTYPES)} (or bf16, fp16, f16, half, fp32, f32, float)"
+
+
+def parse_case_dtype(text: str, what: str = "--dtype") -> str:
+    """``case_dtype`` or a ``UsageError`` naming the argument ``what``."""
+    dtype = case_dtype(text)
+    if dtype is None:
+        raise UsageError(f"{what} {text!r}: not a case dtype; one of {_spellings()}")
+    return dtype
+
+
+def parse_dtype_pair(text: str, what: str = "--dtype") -> tuple[str, str]:
+    """``"bfloat16/float32"`` (x dtype / weight dtype; one name means both) → case dtypes."""
+    parts = [p.strip() for p in text.split("/")]
+    if len(parts) > 2 or not all(parts):
+        raise UsageError(f"{what} {text!r}: expected X or X/W, e.g. bfloat16/float32")
+    names = [parse_case_dtype(p, what) for p in parts]
+    return names[0], names[-1]
 
 
 def short_name(dtype: str) -> str:

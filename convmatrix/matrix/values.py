@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from convmatrix.core.case import GAPS, GRAD_LAYOUTS
-from convmatrix.core.dtypes import ALIASES, CASE_DTYPES
+from convmatrix.core.dtypes import ALIASES, CASE_DTYPES, case_dtype
 from convmatrix.matrix.errors import Mark, MatrixError, did_you_mean
 from convmatrix.matrix.source import YNode
 from convmatrix.matrix.symbols import GEOMETRY_SYMBOLS, Expr, parse_expr
@@ -110,11 +110,11 @@ def _width(node: YNode) -> tuple[str, int]:
 
 def parse_dtype(node: YNode, value: Any = None) -> str:
     raw = node.value if value is None else value
-    name = str(raw).removeprefix("torch.") if isinstance(raw, str) else raw
-    if name not in DTYPE_ALIASES:
+    dtype = case_dtype(raw)
+    if dtype is None:
         hint = did_you_mean(str(raw), DTYPE_ALIASES) or f" (known: {', '.join(CASE_DTYPES)})"
         raise node.error(f"unknown dtype {raw!r}{hint}")
-    return DTYPE_ALIASES[name]
+    return dtype
 
 
 def _dtype(node: YNode) -> tuple[str, str]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from convmatrix.core.contract import Geometry
+from convmatrix.core.dtypes import ITEMSIZE, parse_dtype_pair
 from convmatrix.core.errors import UsageError
 
 __all__ = [
@@ -32,13 +33,10 @@ __all__ = [
     "backward_buffers",
     "forward_buffers",
     "geometry_for_budget",
-    "parse_dtypes",
     "rank_tiles",
     "workspace_bytes",
 ]
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
 TIME_TILES = tuple(2**i for i in range(3, 14))  # 8 .. 8192
 
 
@@ -64,18 +62,6 @@ class TileCost:
     @property
     def total(self) -> int:
         return sum(b.bytes for b in self.buffers)
-
-
-def parse_dtypes(text: str) -> tuple[str, str]:
-    """``"bfloat16/float32"`` (x dtype / weight dtype; one name means both) → names."""
-    parts = [p.strip() for p in text.split("/")]
-    if len(parts) > 2 or not all(parts):
-        raise UsageError(f"--dtype {text!r}: expected X or X/W, e.g. bfloat16/float32")
-    names = [_ALIASES.get(p, p) for p in parts]
-    for name in names:
-        if name not in DTYPE_BYTES:
-            raise UsageError(f"--dtype {text!r}: {name!r} is not one of {', '.join(DTYPE_BYTES)}")
-    return names[0], names[-1]
 
 
 def _buffer(name: str, formula: str, elements: int, size: int, copies: int = 1) -> Buffer:
@@ -164,7 +150,7 @@ def rank_tiles(
     """Feasible (total <= budget) tiles of one pass, best first."""
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction must be forward or backward, got {direction!r}")
-    s_x, s_w = DTYPE_BYTES[x_dtype], DTYPE_BYTES[w_dtype]
+    s_x, s_w = ITEMSIZE[x_dtype], ITEMSIZE[w_dtype]
     found = []
     for c in _channel_tiles(dim, vec):
         n_ctiles = -(-dim // c)
@@ -199,7 +185,7 @@ def geometry_for_budget(
 ) -> Geometry:
     """The best tile that fits the budget in both passes (the kernel uses one geometry for
     forward and backward, so the backward's larger buffers decide)."""
-    x_dtype, w_dtype = parse_dtypes(dtype)
+    x_dtype, w_dtype = parse_dtype_pair(dtype)
     forward = {
         (c.time_tile, c.channel_tile)
         for c in rank_tiles(
