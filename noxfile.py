@@ -70,7 +70,7 @@ def matrix(session: nox.Session) -> None:
 
 @nox.session
 def production(session: nox.Session) -> None:
-    """The production matrix (Mamba-sized shapes, docs in README "Verdicts"): a few minutes
+    """The production matrix (Mamba-sized shapes, docs/verdicts.md): a few minutes
     with ``tiled`` on 2 CPU cores at ``-n 2``; report and diff like ``matrix``."""
     _run_matrix(session, "production")
 
