@@ -1,4 +1,5 @@
-"""Sessions: ``nox -s tests`` (the test suite) and ``nox -s matrix`` (the nightly job).
+"""Sessions: ``nox -s tests`` (the test suite), ``nox -s matrix`` (the nightly job) and
+``nox -s docs`` (the documentation site, ``mkdocs build --strict``).
 
 torch is pinned here (2.13.0 has a local CPU wheel on our machines; an unpinned torch pulls a
 CUDA build of several GB). pyproject.toml keeps a range so MLU/CUDA users bring their own.
@@ -103,6 +104,15 @@ def _option_value(args: list[str], name: str) -> str | None:
         elif arg.startswith(name + "="):
             value = arg.split("=", 1)[1]
     return value
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ with ``mkdocs build --strict``: a broken link or
+    anchor, or a page missing from the nav, fails it. The CLI reference is generated from the
+    argument parsers (docs_hooks/), so the project is installed with torch pinned."""
+    install_project(session, "docs")
+    session.run("mkdocs", "build", "--strict", *session.posargs)
 
 
 @nox.session
