@@ -1,4 +1,5 @@
-"""Sessions: ``nox -s tests`` (the test suite) and ``nox -s matrix`` (the nightly job).
+"""Sessions: ``nox -s tests`` (the test suite), ``nox -s matrix`` (the nightly job) and
+``nox -s docs`` (the documentation site, ``mkdocs build --strict``).
 
 torch is pinned here (2.13.0 has a local CPU wheel on our machines; an unpinned torch pulls a
 CUDA build of several GB). pyproject.toml keeps a range so MLU/CUDA users bring their own.
@@ -70,7 +71,7 @@ def matrix(session: nox.Session) -> None:
 
 @nox.session
 def production(session: nox.Session) -> None:
-    """The production matrix (Mamba-sized shapes, docs in README "Verdicts"): a few minutes
+    """The production matrix (Mamba-sized shapes, docs/verdicts.md): a few minutes
     with ``tiled`` on 2 CPU cores at ``-n 2``; report and diff like ``matrix``."""
     _run_matrix(session, "production")
 
@@ -103,6 +104,15 @@ def _option_value(args: list[str], name: str) -> str | None:
         elif arg.startswith(name + "="):
             value = arg.split("=", 1)[1]
     return value
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ with ``mkdocs build --strict``: a broken link or
+    anchor, or a page missing from the nav, fails it. The CLI reference is generated from the
+    argument parsers (docs_hooks/), so the project is installed with torch pinned."""
+    install_project(session, "docs")
+    session.run("mkdocs", "build", "--strict", *session.posargs)
 
 
 @nox.session

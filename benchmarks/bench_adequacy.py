@@ -9,7 +9,7 @@ fresh SQLite file: ``nightly`` with ``--minimize``, then ``minimized`` is the ma
 is about 10,000 cases, beyond a CPU benchmark). Prints one markdown row per matrix: cases,
 killed/total, score, wall seconds (every run, base included), CPU seconds of all its
 processes, and the load average, since the machine's load moves the wall seconds. Targets
-(README): nightly 100%, smoke >= 90% in <= 60 s on 2 cores.
+(docs/benchmarks.md): nightly 100%, smoke >= 90% in <= 60 s on 2 cores.
 """
 
 from __future__ import annotations

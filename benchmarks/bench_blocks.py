@@ -9,7 +9,7 @@ alternated round by round so the machine's load falls on all; CPU seconds of ``r
 one case, best of the rounds, and ratios to the first setting:
 
 - ``blocks+thp``: the default blocks (``runners.invoke.BLOCK_ELEMENTS``) on huge pages
-  (``THP_MEM_ALLOC_ENABLE=1``, opt-in: see the README);
+  (``THP_MEM_ALLOC_ENABLE=1``, opt-in: see docs/benchmarks.md);
 - ``whole+thp``: one block per output, the whole tensor per pass;
 - ``blocks-thp``: channel blocks with 4 KiB pages.
 

@@ -5,8 +5,8 @@
                                        [--skip-render] [--skip-history]
 
 Targets (issue 5): render <= 2 s; history query <= 100 ms. Timings are medians of repeated
-runs after one warm-up, on whatever machine this runs on; the figures in README.md say where
-they were measured.
+runs after one warm-up, on whatever machine this runs on; the figures in docs/benchmarks.md say
+where they were measured.
 
 The history database is built honestly but quickly: one run of realistic results goes through
 the real ``ResultWriter``; the other runs are copies of it made by the database itself

@@ -14,7 +14,8 @@ claimed regression is a false positive), then ``--slowed`` times with the same k
 - history rule (``--timing-history``): the newest run judged against the runs before it, for
   every A/A prefix long enough (false positives), and with the slowed runs appended (power).
 
-Prints one table; the README quotes it. Nothing here asserts: the numbers depend on the load.
+Prints one table; docs/benchmarks.md quotes it. Nothing here asserts: the numbers depend on the
+load.
 """
 
 from __future__ import annotations
