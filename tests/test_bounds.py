@@ -204,7 +204,7 @@ def test_the_policy_is_chosen_on_the_command_line(capsys):
     )
     common = dict(workers=0, no_db=True, cases=[case.id])
     assert run("nightly", "torch", **common).exit_code == 0
-    assert run("nightly", "torch", policy="threshold", **common).exit_code == 1
+    assert run("nightly", "torch", rule="threshold", **common).exit_code == 1
     with pytest.raises(SystemExit) as exit_:
         main(["run", "--matrix", "nightly", "--kernel", "torch", "--policy", "strict"])
     assert exit_.value.code == 2

@@ -16,9 +16,10 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from convmatrix.cli import main
-from convmatrix.commands.history import load_history
 from convmatrix.db import open_database
+from convmatrix.db.database import Database
 from convmatrix.db.models import Run
+from convmatrix.reports.history_view import load_history as _load
 from convmatrix.reports.history_view import parse_since
 
 
@@ -70,6 +71,12 @@ def _expected(results, dtype):
     }  # fmt: skip
 
 
+def load_history(url, dtype, **filters):
+    """The history view as both doors build it (the command and the served page)."""
+    with Database(url, existing=True) as database, database.reading() as session:
+        return _load(session, database.url, dtype, **filters)
+
+
 def test_history_numbers_match_the_records(history_db):
     url, ids, written = history_db
     for dtype in ("float32", "bfloat16", "float16"):
@@ -77,7 +84,7 @@ def test_history_numbers_match_the_records(history_db):
 
 
 def _check_history(url, ids, written, dtype):
-    view = load_history(dtype, kernel="tiled", db=url)
+    view = load_history(url, dtype, kernel="tiled")
     assert [r.run_id for r in view.runs] == ids[:3]  # oldest first, other kernel filtered out
     for run in view.runs:
         results = written[run.run_id]
@@ -100,10 +107,10 @@ def _check_history(url, ids, written, dtype):
 
 def test_since_and_output_filters(sqlite_history_db):
     url, ids, _ = sqlite_history_db
-    view = load_history("bf16", since="15d", db=url)  # alias; the last two runs only
+    view = load_history(url, "bf16", since="15d")  # alias; the last two runs only
     assert view.dtype == "bfloat16"
     assert [r.run_id for r in view.runs] == ids[2:]
-    view = load_history("float32", output="dx", kernel="tiled", db=url)
+    view = load_history(url, "float32", output="dx", kernel="tiled")
     assert {o for r in view.runs for o in r.outputs} == {"dx"}
 
 
@@ -113,7 +120,7 @@ def test_formats(sqlite_history_db, tmp_path, capsys):
     assert main([*base, "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert {int(r["run_id"]) for r in rows} == set(ids[:3])
-    view = load_history("float32", kernel="tiled", db=url)
+    view = load_history(url, "float32", kernel="tiled")
     flat = {(r.run_id, o): s for r in view.runs for o, s in r.outputs.items()}
     for row in rows:
         # CSV writes repr-exact floats: the parsed number is the stored one.
@@ -135,8 +142,14 @@ def test_formats(sqlite_history_db, tmp_path, capsys):
 
 def test_empty_history_says_so(sqlite_history_db, capsys):
     url, _, _ = sqlite_history_db
-    assert main(["history", "--dtype", "float64", "--db", url]) == 0
-    assert "no run holds metrics for dtype float64" in capsys.readouterr().err
+    assert main(["history", "--dtype", "f16", "--kernel", "nonesuch", "--db", url]) == 0
+    assert "no run holds metrics for dtype float16" in capsys.readouterr().err
+
+
+def test_a_dtype_no_case_can_have_is_refused_naming_the_argument(sqlite_history_db, capsys):
+    url, _, _ = sqlite_history_db
+    assert main(["history", "--dtype", "float64", "--db", url]) == 2  # the reference's only
+    assert "--dtype 'float64': not a case dtype" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -6,15 +6,17 @@ from __future__ import annotations
 import pytest
 from runner_helpers import KERNELS, TINY, TINY_L7
 
-from convmatrix.runners.controller import RunRequest, Setup
+from convmatrix.runners.controller import Setup
 from convmatrix.runners.execute import run_guarded
 from convmatrix.runners.isolated import ChildSpec, IsolatedRunner
+from convmatrix.runners.options import RunOptions
 from convmatrix.runners.store import MemoryStore
 
 
 def runner_for(kernel: str, monkeypatch) -> tuple[IsolatedRunner, Setup]:
     monkeypatch.syspath_prepend(str(KERNELS))  # spawned children get this sys.path too
-    setup = Setup.of(RunRequest(matrix=str(TINY), kernel=kernel, device="cpu"), MemoryStore())
+    options = RunOptions(matrix=str(TINY), kernel=kernel, device="cpu", workers=0)
+    setup = Setup.of(options.checked(), MemoryStore())
     spec = ChildSpec(setup.prepared.handover(), "cpu", None, threads=1)
     return IsolatedRunner(spec), setup
 

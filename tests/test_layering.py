@@ -10,6 +10,7 @@ import is still a dependency.
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from collections import defaultdict
@@ -20,7 +21,10 @@ import pytest
 import convmatrix
 
 PACKAGE = Path(convmatrix.__file__).parent
-LAYERS = ("core", "compare", "matrix", "kernels", "runners", "db", "reports", "service", "commands")
+LAYERS = (
+    "core", "compare", "matrix", "kernels", "runners", "db", "reports", "service", "pipeline",
+    "commands",
+)  # fmt: skip
 TOP = len(LAYERS) - 1  # the command layer: commands, cli, api, __main__ and the root
 
 
@@ -175,3 +179,25 @@ def test_kernels_are_sorted_by_role_with_few_modules_at_the_top():
     ))  # fmt: skip
     assert len(top) <= 10, top
     assert {"oracle", "interface", "builtin", "adapters", "doubles"} <= set(top)
+
+
+def test_no_command_module_imports_another():
+    # A command parses and prints; what two commands share lives below them (the pipeline,
+    # the service) or in the one module of shared arguments.
+    commands = {m for m in MODULES if m.startswith("convmatrix.commands.")}
+    shared = {"convmatrix.commands.arguments"}
+    crossing = sorted(
+        f"{m} imports {t}" for m in commands for t in GRAPH[m] if t in commands - shared - {m}
+    )
+    assert not crossing, crossing
+
+
+def test_the_run_command_only_parses_and_prints():
+    # Scan, confirm, report, JUnit and the job summary are steps of convmatrix.pipeline.run.
+    imported = GRAPH["convmatrix.commands.run"]
+    assert imported <= {
+        "convmatrix.runners.options", "convmatrix.pipeline.run",
+    }, imported  # fmt: skip
+    assert [name for name, _ in importlib.import_module("convmatrix.pipeline.run").STEPS] == [
+        "prepare", "execute", "scan", "confirm", "report", "ci outputs",
+    ]  # fmt: skip

@@ -205,7 +205,7 @@ def _cli_cases(tmp: Path, db: Path) -> list[tuple[list[str], str]]:
         ([*run, "--kernel", "torch", "--db", "not a url"], "not a database URL"),
         ([*run, "--kernel", "torch", "--db", f"sqlite:///{foreign}"], "not a convmatrix"),
         ([*run, "--kernel", "torch", "--db", f"sqlite:///{garbage}"], "not a usable SQLite"),
-        ([*run, "--kernel", "torch", "--resume", "999", "--db", missing], "no database"),
+        ([*run, "--kernel", "torch", "--resume", "999", "--db", missing], "does not exist"),
         ([*run, "--kernel", "torch", "--resume", "999", "--db", url], "999"),
         ([*run, "--kernel", "torch", "--case", "zzzz", "--db", url], "--case zzzz"),
         (

@@ -119,7 +119,8 @@ def test_plan_takes_every_dtype_spelling_the_other_commands_take(spelling, capsy
 
 
 def test_plan_refuses_an_unknown_dtype_naming_the_argument(capsys):
-    assert main(["plan", "--budget", "31488", "--width", "4", "--dim", "64", "--dtype", "int8"]) == 2
+    argv = ["plan", "--budget", "31488", "--width", "4", "--dim", "64"]
+    assert main([*argv, "--dtype", "int8"]) == 2
     assert "--dtype 'int8': not a case dtype" in capsys.readouterr().err
 
 

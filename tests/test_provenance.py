@@ -8,12 +8,14 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from convmatrix.kernels import load
-from convmatrix.runners.controller import RunRequest, prepare, run_meta
+from convmatrix.runners.controller import prepare, run_meta
+from convmatrix.runners.options import RunOptions
 from convmatrix.runners.provenance import git_provenance, kernel_identity
 from convmatrix.runners.store import MemoryStore
 
@@ -120,10 +122,10 @@ def test_run_meta_records_the_kernels_identity_and_commit_overrides_it(
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the working directory is no checkout at all
-    request = RunRequest(matrix=str(TINY), kernel="cmk_meta:Kernel", device="cpu")
+    request = RunOptions(matrix=str(TINY), kernel="cmk_meta:Kernel", device="cpu").checked()
     meta = run_meta(prepare(request, MemoryStore()), request, 4)
     assert (meta.kernel_commit, meta.kernel_dirty) == (head, False)
     assert meta.versions["cmk_meta"] == "0.9.0"
-    request.commit = "0123abcd"
+    request = replace(request, commit="0123abcd")
     meta = run_meta(prepare(request, MemoryStore()), request, 4)
     assert (meta.kernel_commit, meta.kernel_dirty) == ("0123abcd", None)

@@ -93,7 +93,7 @@ def test_a_malformed_matrix_file_names_file_and_line(tmp_path, capsys):
 def test_resume_of_an_unknown_run_lists_what_exists(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'x.db'}"
     assert main(["run", "--resume", "42", "--db", url]) == 2  # no file: not created
-    assert "there is no database at" in capsys.readouterr().err
+    assert "x.db does not exist" in capsys.readouterr().err  # the one rule, every command
     assert not (tmp_path / "x.db").exists()
     open_database(url).dispose()  # an empty database: the run is looked up and not found
     assert main(["run", "--resume", "42", "--db", url]) == 2

@@ -80,6 +80,19 @@ def test_the_json_of_each_page_is_the_static_reports_view_model(client, served):
         assert response.json() == json.loads((out / static).read_text()), api
 
 
+@pytest.mark.parametrize("spelling", ["bf16", "BF16", "bfloat16", "f32"])
+def test_the_served_history_reads_dtypes_as_the_command_line_does(client, served, capsys, spelling):
+    # One loader for both doors: any spelling the CLI takes shows the same runs and points.
+    url, _ = served
+    assert main(["history", "--dtype", spelling, "--format", "json", "--db", url]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    response = client.get(f"/api/history/{spelling}")
+    assert response.status_code == 200
+    assert response.json() == printed
+    assert printed["dtype"] in ("bfloat16", "float32")
+    assert len(printed["runs"]) == 3  # every run of the fixture holds cases of both dtypes
+
+
 def test_every_page_renders_with_its_policy_and_links(client):
     case_id = sorted(BROKEN)[0]
     for path in ("/", "/runs/latest", "/runs/nightly-1", "/diff/1/3", "/history/bfloat16",

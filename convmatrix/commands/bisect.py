@@ -17,10 +17,10 @@ from sqlalchemy.engine import make_url
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
+from convmatrix.db.database import Database
 from convmatrix.db.engine import default_url
 from convmatrix.reports.viewmodel import run_header
 from convmatrix.service.bisect import BisectRequest, bisect
-from convmatrix.service.store import reading
 
 __all__ = ["add_arguments", "bisect_command"]
 
@@ -42,8 +42,8 @@ def bisect_command(args: argparse.Namespace) -> int:
     if args.run is not None:
         from convmatrix.db.queries import resolve_run
 
-        with reading(db) as (session, url):
-            header = run_header(resolve_run(session, args.run), url)
+        with Database(db, existing=True) as database, database.reading() as session:
+            header = run_header(resolve_run(session, args.run), db)
         kernel = kernel or header.kernel_spec or header.kernel
         matrix = matrix or header.matrix_source or header.matrix
     if not kernel or not matrix:

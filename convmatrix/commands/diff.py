@@ -14,64 +14,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.compare.errors import ErrorRule
 from convmatrix.compare.runs import FAIL_ON, DiffOptions
-from convmatrix.compare.timing.history import HistoryRule, TimingHistory, history_regressions
+from convmatrix.compare.timing.history import HistoryRule
 from convmatrix.compare.timing.rules import TimingRule
+from convmatrix.core.dtypes import parse_case_dtype
 from convmatrix.core.errors import UsageError
-from convmatrix.reports.diff import DiffView, build_diff, diff_text
+from convmatrix.db.database import Database
+from convmatrix.reports.diff import diff_runs, diff_text
 from convmatrix.reports.render import write_report
-from convmatrix.reports.source import (
-    LoadedRun,
-    earlier_runs,
-    load_run,
-    open_for_reading,
-    previous_run,
-)
 
-__all__ = ["add_arguments", "diff_command", "diff_runs"]
-
-
-def _timing_history(
-    session: Session, head: LoadedRun, rule: HistoryRule, url: str
-) -> TimingHistory:
-    """HEAD's timings against the runs of its kernel, matrix and device before it."""
-    lineage = list(reversed(earlier_runs(session, head.info, rule.window + rule.confirm - 1)))
-    runs = [(r.id, {x.case.id: x.timings for x in load_run(session, str(r.id), url).results})
-            for r in lineage]  # fmt: skip
-    runs.append((head.info.id, {x.case.id: x.timings for x in head.results}))
-    return history_regressions(runs, {x.case.id: x.case.pytest_id for x in head.results}, rule)
-
-
-def diff_runs(
-    base: str | None,
-    head: str,
-    options: DiffOptions,
-    db: str | None = None,
-    history: HistoryRule | None = None,
-) -> DiffView | None:
-    """The diff of two runs; ``base=None`` means the previous run of HEAD's kernel (``None``
-    is returned when there is none). With ``history``, HEAD's timings are also judged against
-    the runs of its lineage (``timing_history``)."""
-    engine, url = open_for_reading(db)
-    try:
-        with Session(engine) as session:
-            new = load_run(session, head, url, what="HEAD")
-            if base is None:
-                prev = previous_run(session, new.info)
-                if prev is None:
-                    return None
-                base = str(prev.id)
-            old = load_run(session, base, url, what="BASE")
-            judged = None if history is None else _timing_history(session, new, history, url)
-    finally:
-        engine.dispose()
-    view = build_diff(old.header, old.results, new.header, new.results, options)
-    view.timing_history = judged
-    return view
+__all__ = ["add_arguments", "diff_command"]
 
 
 def _floors(values: list[str]) -> tuple[float | None, dict[str, float]]:
@@ -85,7 +39,7 @@ def _floors(values: list[str]) -> tuple[float | None, dict[str, float]]:
         except ValueError:
             raise UsageError(f"--floor {text!r}: expected a number or DTYPE=NUMBER") from None
         if dtype:
-            per_dtype[dtype] = value
+            per_dtype[parse_case_dtype(dtype, "--floor")] = value
         else:
             common = value
     return common, per_dtype
@@ -122,7 +76,8 @@ def diff_command(args: argparse.Namespace) -> int:
             control=control,
         )  # fmt: skip
     base, head = (None, args.runs[0]) if args.previous else args.runs
-    view = diff_runs(base, head, options, args.db, history)
+    with Database(args.db, existing=True) as database, database.reading() as session:
+        view = diff_runs(session, database.url, base, head, options, history)
     if view is None:
         print(f"diff: no earlier run of the kernel of run {head!r} to compare with")
         return 0

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
+from convmatrix.db.database import Database
 from convmatrix.db.queries import list_runs, resolve_run
-from convmatrix.service.store import reading
 from convmatrix.service.transfer import export_lines
 
 __all__ = ["add_arguments", "export_command"]
@@ -20,7 +20,7 @@ __all__ = ["add_arguments", "export_command"]
 def export_command(args: argparse.Namespace) -> int:
     if not args.runs and not args.all:
         raise UsageError("give the runs to export (RUN ...) or --all")
-    with reading(args.db) as (session, _):
+    with Database(args.db, existing=True) as database, database.reading() as session:
         if args.all:
             runs = list(reversed(list_runs(session, limit=1_000_000)))  # oldest first
         else:

@@ -14,53 +14,21 @@ import json
 import sys
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from convmatrix.commands.arguments import add_db_argument
-from convmatrix.core.dtypes import canonical_dtype
-from convmatrix.core.errors import UsageError
 from convmatrix.core.tolerances import OUTPUTS
-from convmatrix.db import history, redact_url
+from convmatrix.db.database import Database
 from convmatrix.reports.formatting import fmt_num, fmt_pct
 from convmatrix.reports.history_view import (
     FLAT_COLUMNS,
     HistoryView,
-    build_history_view,
     flat_rows,
-    parse_since,
+    load_history,
 )
-from convmatrix.reports.source import open_for_reading, run_case_counts
 from convmatrix.reports.viewmodel import to_jsonable
 
-__all__ = ["add_arguments", "history_command", "load_history"]
+__all__ = ["add_arguments", "history_command"]
 
 FORMATS = ("table", "csv", "json", "html")
-
-
-def load_history(
-    dtype: str,
-    *,
-    output: str | None = None,
-    kernel: str | None = None,
-    since: str | None = None,
-    db: str | None = None,
-) -> HistoryView:
-    """The history view of ``dtype`` (aliases such as ``bf16`` accepted)."""
-    dtype = canonical_dtype(dtype) or dtype
-    if output is not None and output not in OUTPUTS:
-        raise UsageError(f"--output {output!r}: choose from {', '.join(OUTPUTS)}")
-    moment = parse_since(since)
-    engine, url = open_for_reading(db)
-    try:
-        with Session(engine) as session:
-            points = history(session, dtype, kernel=kernel, since=moment, output=output)
-            counts = run_case_counts(session, dtype, sorted({p.run_id for p in points}))
-    finally:
-        engine.dispose()
-    return build_history_view(
-        points, counts, dtype=dtype, database=redact_url(url), output=output, kernel=kernel,
-        since=moment,
-    )  # fmt: skip
 
 
 def _table(view: HistoryView) -> str:
@@ -87,9 +55,11 @@ def _csv(view: HistoryView) -> str:
 
 
 def history_command(args: argparse.Namespace) -> int:
-    view = load_history(
-        args.dtype, output=args.output, kernel=args.kernel, since=args.since, db=args.db
-    )
+    with Database(args.db, existing=True) as database, database.reading() as session:
+        view = load_history(
+            session, database.url, args.dtype, output=args.output, kernel=args.kernel,
+            since=args.since,
+        )  # fmt: skip
     if not view.runs:
         print(f"history: no run holds metrics for dtype {view.dtype}", file=sys.stderr)
     if args.format == "html":

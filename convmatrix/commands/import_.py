@@ -9,9 +9,8 @@ from pathlib import Path
 
 from convmatrix.commands.arguments import add_db_argument
 from convmatrix.core.errors import UsageError
-from convmatrix.db import default_url, open_database
+from convmatrix.db.database import Database
 from convmatrix.service.regressions import scan_run
-from convmatrix.service.store import writing
 from convmatrix.service.transfer import import_lines
 
 __all__ = ["add_arguments", "import_command"]
@@ -21,21 +20,17 @@ def import_command(args: argparse.Namespace) -> int:
     for name in args.files:
         if name != "-" and not Path(name).is_file():
             raise UsageError(f"import: no file {name}")
-    engine = open_database(args.db or default_url())  # created when it does not exist yet
     imported: list[int] = []
-    try:
+    with Database(args.db) as database:  # created when it does not exist yet
         for name in args.files:
             if name == "-":
-                imported += import_lines(engine, sys.stdin, "<stdin>")
+                imported += import_lines(database.engine, sys.stdin, "<stdin>")
             else:
                 with open(name, encoding="utf-8") as stream:
-                    imported += import_lines(engine, stream, name)
-    finally:
-        engine.dispose()
-    print(f"import: runs {', '.join(map(str, imported)) or 'none'}")
-    if not args.no_scan:
-        for run_id in imported:
-            with writing(args.db) as (session, _):
+                    imported += import_lines(database.engine, stream, name)
+        print(f"import: runs {', '.join(map(str, imported)) or 'none'}")
+        for run_id in [] if args.no_scan else imported:
+            with database.writing() as session:
                 scan = scan_run(session, run_id)
             print(f"  run {run_id}: {len(scan.new)} new regressions, {len(scan.fixed)} fixed")
     return 0

@@ -14,6 +14,7 @@ import os
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
+from convmatrix.db.database import Database
 from convmatrix.reports.viewmodel import to_jsonable
 from convmatrix.service.regressions import (
     TRANSITIONS,
@@ -22,14 +23,13 @@ from convmatrix.service.regressions import (
     scan_run,
     set_state,
 )
-from convmatrix.service.store import reading, writing
 
 __all__ = ["add_arguments", "regressions_command"]
 
 
 def _list(args: argparse.Namespace) -> int:
     states = [s.strip() for v in args.state for s in v.split(",") if s.strip()]
-    with reading(args.db) as (session, _):
+    with Database(args.db, existing=True) as database, database.reading() as session:
         found = list_regressions(session, states=states, kernel=args.kernel, case_id=args.case)
     if args.format == "json":
         print(json.dumps(to_jsonable(found), indent=1))
@@ -42,7 +42,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    with writing(args.db) as (session, _):
+    with Database(args.db, existing=True) as database, database.writing() as session:
         scan = scan_run(session, args.run)
     print(
         f"run {scan.run_id} against {scan.baseline_id or 'no earlier run'}: "
@@ -57,14 +57,14 @@ def _scan(args: argparse.Namespace) -> int:
 
 def _set(args: argparse.Namespace) -> int:
     by = args.by or os.environ.get("USER") or "unknown"
-    with writing(args.db) as (session, _):
+    with Database(args.db, existing=True) as database, database.writing() as session:
         reg = set_state(session, args.id, args.state, by=by, note=args.note)
     print(reg.line())
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    with reading(args.db) as (session, _):
+    with Database(args.db, existing=True) as database, database.reading() as session:
         found = list_regressions(session, ids=[args.id])
         if not found:
             raise UsageError(f"regression {args.id}: no such regression")

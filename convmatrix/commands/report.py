@@ -10,33 +10,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
-from convmatrix.reports.render import write_report
-from convmatrix.reports.run_view import RunView, build_run_view
-from convmatrix.reports.source import load_run, open_for_reading
+from convmatrix.db.database import Database
+from convmatrix.reports.publish import write_run_report
 from convmatrix.reports.viewmodel import shard_lines
 
-__all__ = ["add_arguments", "report_command", "write_run_report"]
-
-
-def write_run_report(spec: str, out_dir: Path, db: str | None = None) -> tuple[RunView, Path]:
-    """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into ``out_dir``;
-    returns the view-model and the HTML path. (``convmatrix run --report`` may call this.)"""
-    engine, url = open_for_reading(db)
-    try:
-        with Session(engine) as session:
-            loaded = load_run(session, spec, url)
-    finally:
-        engine.dispose()
-    view = build_run_view(loaded.header, loaded.results)
-    html, _ = write_report(view, Path(out_dir) / f"run-{loaded.info.id}.html")
-    return view, html
+__all__ = ["add_arguments", "report_command"]
 
 
 def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
-    view, html = write_run_report(spec, out_dir, db)
+    with Database(db, existing=True) as database, database.reading() as session:
+        view, html = write_run_report(session, spec, database.url, out_dir)
     run = view.run
     counts = ", ".join(f"{n} {o}" for o, n in run.counts.items() if n)
     status = "" if run.status == "finished" else f" [{run.status}]"

@@ -1,9 +1,10 @@
 """``DatabaseStore``: a run's results kept in the database (the runners' ``RunStore``).
 
-One engine per store, opened on first use: looking up the run ``--resume`` names, the
-run's completed cases, and then writing the run all go through it. Results are buffered and
-committed in batches by ``ResultWriter``; ``finish`` flushes, sets the run's status and
-returns its counts over every session that wrote to it.
+The store records through the ``Database`` it is given (opened on first use, closed by its
+owner: the run pipeline, or the database's pytest plugin): looking up the run ``--resume``
+names, the run's completed cases, and then writing the run all go through its one engine.
+Results are buffered and committed in batches by ``ResultWriter``; ``finish`` flushes, sets the
+run's status and returns its counts over every session that wrote to it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
-from convmatrix.db.engine import connection_error, redact_url, sqlite_file, write_session
-from convmatrix.db.migrate import open_database
+from convmatrix.db.database import Database
+from convmatrix.db.engine import connection_error, write_session
 from convmatrix.db.models import Run
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter
@@ -26,22 +27,19 @@ __all__ = ["DatabaseStore"]
 
 
 class DatabaseStore:
-    """``url``: a SQLAlchemy URL, or None for ``CONVMATRIX_DB`` / ``sqlite:///convmatrix.db``."""
+    """Results kept in ``database`` (``db.Database``; opened on first use)."""
 
-    def __init__(self, url: str | None = None) -> None:
-        self.url = url
-        self._engine: Engine | None = None
+    def __init__(self, database: Database) -> None:
+        self.database = database
         self._writer: ResultWriter | None = None
         self._shard: Shard | None = None
 
     @property
     def engine(self) -> Engine:
-        if self._engine is None:
-            self._engine = open_database(self.url)
-        return self._engine
+        return self.database.engine
 
     def where(self) -> str | None:
-        return redact_url(self.engine.url)
+        return self.database.shown
 
     def check(self) -> None:
         """Open the database (schema included) and write nothing once (a DELETE matching no
@@ -62,9 +60,6 @@ class DatabaseStore:
         return self._stored(spec, alive_ok=False)
 
     def _stored(self, spec: str, alive_ok: bool) -> StoredRun:
-        path = sqlite_file(self.url)
-        if path is not None and not path.is_file():  # opening it would create it
-            raise UsageError(f"--resume {spec}: there is no database at {path}")
         with Session(self.engine) as session:
             info = resolve_run(session, spec)
             age = info.heartbeat_age()
@@ -109,5 +104,4 @@ class DatabaseStore:
             writer.finish_run(writer.run_id, status)
         with Session(self.engine) as session:
             counts = resolve_run(session, writer.run_id).counts
-        self.engine.dispose()
         return counts

@@ -6,11 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from sqlalchemy.orm import Session
+
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
+from convmatrix.compare.timing.history import HistoryRule, TimingHistory, history_regressions
 from convmatrix.core.records import CaseResult
+from convmatrix.reports.source import LoadedRun, earlier_runs, load_run, previous_run
 from convmatrix.reports.viewmodel import RunHeader, shard_lines
 
-__all__ = ["DiffView", "build_diff", "diff_text"]
+__all__ = ["DiffView", "build_diff", "diff_runs", "diff_text"]
 
 
 @dataclass
@@ -33,6 +37,41 @@ def build_diff(
     compared = compare_runs(base_results, head_results, options)
     sections = {f.name: getattr(compared, f.name) for f in fields(RunComparison)}
     return DiffView(**sections, base=base, head=head)
+
+
+def _timing_history(
+    session: Session, head: LoadedRun, rule: HistoryRule, url: str
+) -> TimingHistory:
+    """HEAD's timings against the runs of its kernel, matrix and device before it."""
+    lineage = list(reversed(earlier_runs(session, head.info, rule.window + rule.confirm - 1)))
+    runs = [(r.id, {x.case.id: x.timings for x in load_run(session, str(r.id), url).results})
+            for r in lineage]  # fmt: skip
+    runs.append((head.info.id, {x.case.id: x.timings for x in head.results}))
+    return history_regressions(runs, {x.case.id: x.case.pytest_id for x in head.results}, rule)
+
+
+def diff_runs(
+    session: Session,
+    url: str,
+    base: str | None,
+    head: str,
+    options: DiffOptions | None = None,
+    history: HistoryRule | None = None,
+) -> DiffView | None:
+    """The diff of two runs; ``base=None`` means the previous run of HEAD's kernel (``None``
+    is returned when there is none). With ``history``, HEAD's timings are also judged against
+    the runs of its lineage (``timing_history``)."""
+    new = load_run(session, head, url, what="HEAD")
+    if base is None:
+        prev = previous_run(session, new.info)
+        if prev is None:
+            return None
+        base = str(prev.id)
+    old = load_run(session, base, url, what="BASE")
+    judged = None if history is None else _timing_history(session, new, history, url)
+    view = build_diff(old.header, old.results, new.header, new.results, options)
+    view.timing_history = judged
+    return view
 
 
 def diff_text(view: DiffView, limit: int = 10) -> str:

@@ -14,14 +14,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from convmatrix.core.dtypes import parse_case_dtype
 from convmatrix.core.errors import UsageError
-from convmatrix.db.queries import HistoryPoint, OutputStats
+from convmatrix.core.tolerances import OUTPUTS
+from convmatrix.db.engine import redact_url
+from convmatrix.db.queries import HistoryPoint, OutputStats, history
+from convmatrix.reports.source import run_case_counts
 
 __all__ = [
     "HistoryRun",
     "HistoryView",
     "build_history_view",
     "flat_rows",
+    "load_history",
     "parse_since",
 ]
 
@@ -78,6 +85,29 @@ def parse_since(text: str | None) -> datetime | None:
             "2025-01-31T12:00, or a number of days such as 30d"
         ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def load_history(
+    session: Session,
+    url: str,
+    dtype: str,
+    *,
+    output: str | None = None,
+    kernel: str | None = None,
+    since: str | None = None,
+) -> HistoryView:
+    """The history of input dtype ``dtype`` (any spelling: ``bf16``, ``BF16``, ``bfloat16``):
+    what ``convmatrix history`` prints and ``/history/{dtype}`` serves, from one builder."""
+    dtype = parse_case_dtype(dtype)
+    if output is not None and output not in OUTPUTS:
+        raise UsageError(f"--output {output!r}: choose from {', '.join(OUTPUTS)}")
+    moment = parse_since(since)
+    points = history(session, dtype, kernel=kernel, since=moment, output=output)
+    counts = run_case_counts(session, dtype, sorted({p.run_id for p in points}))
+    return build_history_view(
+        points, counts, dtype=dtype, database=redact_url(url), output=output, kernel=kernel,
+        since=moment,
+    )  # fmt: skip
 
 
 def build_history_view(

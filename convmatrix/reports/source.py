@@ -1,19 +1,16 @@
 """Where reports get their data: opening the database to read, and the few queries of their
 own (the previous run of a kernel, per-run case counts of one dtype).
 
-Everything else comes from ``convmatrix.db`` (``resolve_run``, ``load_results``, ``history``).
-Reading never creates a database: a mistyped SQLite path is an error naming the file, not a
-fresh empty database that then "holds no runs".
+Everything else comes from ``convmatrix.db`` (``resolve_run``, ``load_results``, ``history``);
+the database itself is opened by ``db.Database``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from sqlalchemy import Engine, and_, or_, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
@@ -21,10 +18,8 @@ from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.db import (
     RunInfo,
     case_counts,
-    default_url,
     load_results,
     missing_shards,
-    open_database,
     resolve_run,
 )
 from convmatrix.db.models import Run
@@ -34,7 +29,6 @@ __all__ = [
     "LoadedRun",
     "earlier_runs",
     "load_run",
-    "open_for_reading",
     "previous_run",
     "run_case_counts",
 ]
@@ -45,23 +39,6 @@ class LoadedRun:
     info: RunInfo  # the database's record of the run
     header: RunHeader  # what reports show of it (counted from ``results``, URL redacted)
     results: list[CaseResult]
-
-
-def open_for_reading(url: str | None) -> tuple[Engine, str]:
-    """The engine for ``url`` (default ``CONVMATRIX_DB``, else ``sqlite:///convmatrix.db``)
-    and the URL used; a SQLite file that does not exist is a ``UsageError``."""
-    url = url or default_url()
-    try:
-        parsed = make_url(url)
-    except Exception:
-        parsed = None  # open_database reports the malformed URL itself
-    if parsed is not None and parsed.get_backend_name() == "sqlite":
-        path = parsed.database
-        if path and path != ":memory:" and not Path(path).expanduser().exists():
-            raise UsageError(
-                f"--db: database file {path} does not exist (give --db URL or set CONVMATRIX_DB)"
-            )
-    return open_database(url), url
 
 
 def load_run(session: Session, spec: str, url: str, *, what: str = "RUN") -> LoadedRun:

@@ -1,6 +1,6 @@
 """One run, executor-neutral: what every process of it agrees on, and the one place results land.
 
-- ``RunRequest``: what a person asked for (matrix, kernel, device, cases, resume, ...).
+- ``RunOptions`` (``runners.options``): what a person asked for, checked.
 - ``Prepared``: what the request resolves to (the kernel, the expanded workloads, the device,
   which cases this session runs). The controller prepares it once (``prepare``), with the
   store for ``--resume``; every worker rebuilds the same thing from the few values the
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import math
 import platform
 import sys
 from collections import Counter
@@ -29,31 +28,13 @@ from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
 from convmatrix.kernels.interface.registry import KernelSpecError, load
 from convmatrix.runners.account import RunAccount, worst_failures
 from convmatrix.runners.execute import Context
+from convmatrix.runners.options import RunOptions
 from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity
 from convmatrix.runners.store import RunStore, Shard
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
 
-__all__ = ["Controller", "Prepared", "RunRequest", "Setup", "load_kernel", "prepare", "run_meta"]
-
-
-@dataclass
-class RunRequest:
-    """What a run was asked to do, whatever executor runs it."""
-
-    matrix: str | None = None  # built-in name, matrix file or cases .jsonl
-    kernel: str | None = None  # registered name or package.module:attribute
-    device: str = "auto"
-    label: str | None = None
-    commit: str | None = None  # overrides the kernel's own provenance
-    cases: list[str] = field(default_factory=list)  # --case values (empty: every case)
-    resume: str | None = None  # a stored run to complete
-    case_timeout: float | None = None  # overrides the matrix's per-case limit
-    files: list[str] = field(default_factory=list)  # *.matrix.yaml given to pytest as paths
-    workers: int = 0  # parallel workers (recorded with the run)
-    rule: str | None = None  # --policy RULE: overrides the rule of the matrix's policy
-    shard: Shard | None = None  # --shard I/N --run-label L: this process's part of a run
-    executor: str = "xdist"  # recorded with the run
+__all__ = ["Controller", "Prepared", "Setup", "load_kernel", "prepare", "run_meta"]
 
 
 def load_kernel(spec: str | None) -> Any:
@@ -171,21 +152,17 @@ def _device(spec: str, spread: bool) -> tuple[torch.device, int]:
     return torch.device(device.type), discover(device.type).count
 
 
-def prepare(request: RunRequest, store: RunStore) -> Prepared:
-    """Resolve ``request`` on the controller: the stored run it resumes (one lookup in the
-    store), the kernel, the device, every workload. ``UsageError`` names what is wrong."""
-    timeout = request.case_timeout
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise UsageError(f"--case-timeout must be a finite number of seconds > 0, not {timeout}")
-    if request.label is not None and (len(request.label) > 200 or "\x00" in request.label):
-        raise UsageError("--label: at most 200 characters, without NUL")
+def prepare(request: RunOptions, store: RunStore) -> Prepared:
+    """Resolve ``request`` (checked options) on the controller: the stored run it resumes (one
+    lookup in the store), the kernel, the device, every workload. ``UsageError`` names what is
+    wrong."""
     sources = [request.matrix] if request.matrix else []
     kernel_spec, resume = request.kernel, None
-    if request.shard is not None:
+    if request.sharding is not None:
         if request.resume:
             raise UsageError("--resume with --shard: rerun the shard with its --run-label")
         # A shard started again (its job retried by CI) runs only what it has not recorded.
-        joined = store.sharded(request.shard.label)
+        joined = store.sharded(request.sharding.label)
         done = set(joined.done) if joined else set()
     elif request.resume:
         resume = store.lookup(request.resume)
@@ -194,20 +171,20 @@ def prepare(request: RunRequest, store: RunStore) -> Prepared:
             raise UsageError(f"--resume {resume.id}: the run used --matrix {stored}, not {sources}")
         sources = stored
         kernel_spec = kernel_spec or resume.kernel_spec or resume.kernel
-    device, count = _device(request.device, request.workers > 0)
+    device, count = _device(request.device, int(request.workers) > 0)
     prepared = Prepared(
         kernel=load_kernel(kernel_spec),
         kernel_spec=str(kernel_spec),
         sources=[s for s in sources if s not in request.files],
         wanted=list(request.cases),
-        done=set(resume.done) if resume else done if request.shard else set(),
+        done=set(resume.done) if resume else done if request.sharding else set(),
         device_spec=request.device,
         device=device,
         device_count=count,
         timeout_s=request.case_timeout,
         resume=resume.id if resume else None,
         rule=request.rule,
-        shard=request.shard,
+        shard=request.sharding,
     )
     for source in [*sources, *request.files]:
         prepared.workload(source)
@@ -218,12 +195,12 @@ def prepare(request: RunRequest, store: RunStore) -> Prepared:
 class Setup:
     """A run ready to start: the request, what it resolved to, and where results go."""
 
-    request: RunRequest
+    request: RunOptions
     prepared: Prepared
     store: RunStore
 
     @classmethod
-    def of(cls, request: RunRequest, store: RunStore) -> Setup:
+    def of(cls, request: RunOptions, store: RunStore) -> Setup:
         """The run prepared, then the store checked: a refused run (a bad matrix, kernel or
         option) touches no database; a store it cannot write is refused before it starts."""
         prepared = prepare(request, store)
@@ -234,17 +211,17 @@ class Setup:
         """The run's recorder, with the run opened in the store."""
         planned = self.prepared.planned()
         # A shard records the whole run's count: the run is one, whichever shard creates it.
-        whole = self.prepared.planned(whole_run=True) if self.request.shard else planned
+        whole = self.prepared.planned(whole_run=True) if self.request.sharding else planned
         meta = run_meta(self.prepared, self.request, len(whole))
         progress = Progress(len(planned))
-        shard = self.request.shard
+        shard = self.request.sharding
         controller = Controller(self.store, meta, planned, self.prepared.resume, progress, shard)
         for workload in self.prepared.workloads.values():
             controller.known.update((c.id, c) for c in workload.cases if c.id in planned)
         return controller
 
 
-def run_meta(prepared: Prepared, request: RunRequest, planned: int) -> RunMeta:
+def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
     """What identifies the run in the store (kernel and its commit, matrix, device, versions)."""
     name, digest = combined_identity(list(prepared.workloads.values()))
     backend = discover(prepared.device.type)

@@ -36,6 +36,7 @@ from convmatrix.core.verdict import describe
 from convmatrix.runners.controller import Prepared
 from convmatrix.runners.execute import run_guarded
 from convmatrix.runners.interrupts import install_signal_handlers, note_signal
+from convmatrix.runners.options import add_pytest_options
 from convmatrix.runners.placement import WorkerPlacement, bind, place_worker
 from convmatrix.runners.processes import watch_parent
 from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
@@ -56,23 +57,21 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("convmatrix", "convmatrix: run a kernel test matrix")
-    group.addoption("--matrix", help="built-in matrix name, matrix file or cases .jsonl")
-    group.addoption("--kernel", help="registered kernel name or package.module:attribute")
-    group.addoption(
-        "--device", default="auto", help="auto, cpu, cuda or mlu (with -n: one per worker)"
-    )
-    group.addoption("--label", help="free-text label stored with the run")
-    group.addoption("--commit", help="kernel commit (default: git HEAD of the kernel's source)")
-    group.addoption("--case", action="append", default=[], dest="cm_cases", help="run one case")
-    group.addoption("--resume", help="run id (or latest/label/commit): run its missing cases")
-    group.addoption("--case-timeout", type=float, help="seconds per case (default: matrix's)")
-    group.addoption("--policy", help="verdict policy, overriding the matrix's (default: bound)")
+    add_pytest_options(group)  # declared once, in RunOptions
+
+
+def _asked(config: pytest.Config, name: str) -> bool:
+    return bool(config.getoption(f"convmatrix_{name}"))
 
 
 def _active(config: pytest.Config) -> bool:
-    return bool(config.getoption("matrix") or config.getoption("resume")) or bool(
-        config.getoption("kernel")
-        and any(str(a).split("::")[0].endswith(".matrix.yaml") for a in config.args)
+    return (
+        _asked(config, "matrix")
+        or _asked(config, "resume")
+        or bool(
+            _asked(config, "kernel")
+            and any(str(a).split("::")[0].endswith(".matrix.yaml") for a in config.args)
+        )
     )
 
 
@@ -97,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
     setup = config.hook.pytest_convmatrix_setup(config=config)
     if setup is None and not _active(config):
         return
-    if setup is not None or config.getoption("matrix") or config.getoption("resume"):
+    if setup is not None or _asked(config, "matrix") or _asked(config, "resume"):
         _matrix_only(config)
     try:
         config.stash[PREPARED] = start_controller(config, setup, _is_controller(config))

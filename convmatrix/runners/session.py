@@ -17,7 +17,8 @@ import pytest
 
 from convmatrix.core.case import Case
 from convmatrix.core.records import CaseResult
-from convmatrix.runners.controller import Controller, Prepared, RunRequest, Setup
+from convmatrix.runners.controller import Controller, Prepared, Setup
+from convmatrix.runners.options import RunOptions
 from convmatrix.runners.store import MemoryStore
 
 __all__ = ["PAYLOAD", "ControllerPlugin", "start_controller", "stop_after_timeout"]
@@ -36,21 +37,11 @@ def _file_sources(config: pytest.Config) -> list[str]:
     return found
 
 
-def _request(config: pytest.Config, xdist: bool) -> RunRequest:
-    opt = config.getoption
-    return RunRequest(
-        matrix=opt("matrix"),
-        kernel=opt("kernel"),
-        device=opt("device"),
-        label=opt("label"),
-        commit=opt("commit"),
-        cases=list(opt("cm_cases")),
-        resume=opt("resume"),
-        case_timeout=opt("case_timeout"),
-        policy=opt("policy"),
-        files=_file_sources(config),
-        workers=int(getattr(config.option, "numprocesses", 0) or 0) if xdist else 0,
-    )
+def _options(config: pytest.Config, xdist: bool) -> RunOptions:
+    """The run a plain ``pytest --matrix ...`` asks for, checked like every other door's."""
+    workers = int(getattr(config.option, "numprocesses", 0) or 0) if xdist else 0
+    files = tuple(_file_sources(config))
+    return RunOptions.from_pytest(config, workers=workers, files=files).checked()
 
 
 def start_controller(config: pytest.Config, setup: Setup | None, xdist: bool) -> Prepared:
@@ -58,7 +49,7 @@ def start_controller(config: pytest.Config, setup: Setup | None, xdist: bool) ->
     the recording hooks."""
     if setup is None:
         store = config.hook.pytest_convmatrix_store(config=config) or MemoryStore()
-        setup = Setup.of(_request(config, xdist), store)
+        setup = Setup.of(_options(config, xdist), store)
     controller = setup.controller()
     config.pluginmanager.register(ControllerPlugin(config, setup.prepared, controller), _NAME)
     return setup.prepared

@@ -20,11 +20,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,33 +29,15 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from convmatrix.core.errors import UsageError
-from convmatrix.db.engine import default_url, make_engine, redact_url
-from convmatrix.db.migrate import SCHEMA_HEAD, current_revision
+from convmatrix.db.database import Database
+from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.viewmodel import to_jsonable
 from convmatrix.service import pages
 
-__all__ = ["create_app", "open_read_only"]
+__all__ = ["create_app"]
 
 Builder = Callable[[Session, str, Request], Any]
-
-
-def open_read_only(db: str | None) -> tuple[Engine, str]:
-    """The engine of ``db`` after checking it exists and stands at the newest schema."""
-    url = db or default_url()
-    parsed = make_url(url)
-    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
-    if path and path != ":memory:" and not Path(path).expanduser().exists():
-        raise UsageError(f"--db: database file {path} does not exist")
-    engine = make_engine(url)
-    revision = current_revision(engine)
-    if revision != SCHEMA_HEAD:
-        engine.dispose()
-        raise UsageError(
-            f"--db {redact_url(url)} is at schema revision {revision or 'none'}, not "
-            f"{SCHEMA_HEAD}: run `convmatrix db upgrade --db URL` first (serve never writes)"
-        )
-    return engine, url
 
 
 def _query(request: Request, name: str) -> str | None:
@@ -71,7 +50,7 @@ PAGES: dict[str, Builder] = {
     "/diff/{base}/{head}": lambda s, u, r: pages.diff_page(
         s, u, r.path_params["base"], r.path_params["head"]
     ),
-    "/history/{dtype}": lambda s, u, r: pages.history_page(
+    "/history/{dtype}": lambda s, u, r: load_history(
         s,
         u,
         r.path_params["dtype"],
@@ -90,7 +69,8 @@ PAGES: dict[str, Builder] = {
 
 def create_app(db: str | None = None) -> Starlette:
     """The ASGI app serving ``db`` (default ``CONVMATRIX_DB``, else ``convmatrix.db``)."""
-    engine, url = open_read_only(db)
+    database = Database.open(db, existing=True, upgrade=False)  # serve never writes
+    engine, url = database.engine, database.url
     csp = content_policy(form_action="'self'")
 
     def endpoint(builder: Builder, as_json: bool) -> Callable[[Request], Response]:
@@ -116,7 +96,7 @@ def create_app(db: str | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
-        engine.dispose()
+        database.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.url = url

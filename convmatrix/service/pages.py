@@ -16,9 +16,9 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES
 from convmatrix.db.engine import redact_url
 from convmatrix.db.models import CaseRow, MetricRow, Run
-from convmatrix.db.queries import case_counts, history, load_results, resolve_run
+from convmatrix.db.queries import load_results, resolve_run
 from convmatrix.reports.diff import DiffView, build_diff
-from convmatrix.reports.history_view import HistoryView, build_history_view, parse_since
+from convmatrix.reports.history_view import parse_since
 from convmatrix.reports.run_view import RunView, build_run_view, rerun_command
 from convmatrix.reports.source import load_run
 from convmatrix.reports.viewmodel import run_header
@@ -35,7 +35,6 @@ __all__ = [
     "RunsView",
     "case_page",
     "diff_page",
-    "history_page",
     "regressions_page",
     "run_page",
     "runs_page",
@@ -158,22 +157,6 @@ def diff_page(session: Session, url: str, base: str, head: str) -> DiffView:
     old = load_run(session, base, url, what="BASE")
     new = load_run(session, head, url, what="HEAD")
     return build_diff(old.header, old.results, new.header, new.results)
-
-
-def history_page(
-    session: Session, url: str, dtype: str, *, kernel: str | None = None,
-    output: str | None = None, since: str | None = None,
-) -> HistoryView:  # fmt: skip
-    moment = parse_since(since)
-    points = history(session, dtype, kernel=kernel, since=moment, output=output)
-    counts = case_counts(session, dtype, sorted({p.run_id for p in points}))
-    per_run = {
-        run: (sum(c.values()), c.get("passed", 0),
-              sum(n for o, n in c.items() if o in BAD_OUTCOMES))
-        for run, c in counts.items()
-    }  # fmt: skip
-    return build_history_view(points, per_run, dtype=dtype, database=redact_url(url),
-                              output=output, kernel=kernel, since=moment)  # fmt: skip
 
 
 def _value(v: float | None) -> float | None:

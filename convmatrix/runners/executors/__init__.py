@@ -1,6 +1,7 @@
 """Executors: how the cases of a prepared run reach devices and their results return.
 
-Every executor takes a ``RunRequest`` and a ``RunStore`` and returns the run's ``RunAccount``;
+Every executor takes a prepared run (``controller.Setup``: the checked options, what they
+resolved to, and the ``RunStore`` results go to) and returns the run's ``RunAccount``;
 all of them execute a case through ``convmatrix.runners.execute.run_case`` and record through
 one ``Controller``, so the same matrix records the same results whichever executor ran it.
 ("Engine" is the SQLAlchemy engine's word in this package; docs/architecture.md, Glossary.)
@@ -16,14 +17,13 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from convmatrix.runners.account import RunAccount
-from convmatrix.runners.controller import RunRequest
-from convmatrix.runners.store import RunStore
+from convmatrix.runners.controller import Setup
 
 __all__ = ["EXECUTORS", "Executor", "make_executor"]
 
 
 class Executor(Protocol):
-    def run(self, request: RunRequest, store: RunStore) -> RunAccount: ...
+    def run(self, setup: Setup) -> RunAccount: ...
 
 
 def _xdist(**options: Any) -> Executor:

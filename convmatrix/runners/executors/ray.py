@@ -31,17 +31,17 @@ import os
 import socket
 import sys
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from convmatrix.core.case import Case
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
 from convmatrix.runners.account import RunAccount
-from convmatrix.runners.controller import Controller, RunRequest, Setup
+from convmatrix.runners.controller import Controller, Setup
 from convmatrix.runners.isolated import ChildSpec, IsolatedRunner
+from convmatrix.runners.options import RunOptions
 from convmatrix.runners.placement import place_device
-from convmatrix.runners.store import RunStore
 
 __all__ = ["MAX_RETRIES", "RESOURCES", "DeviceWorker", "RayExecutor", "import_ray"]
 
@@ -146,10 +146,9 @@ class RayExecutor:
         self.batch = max(1, batch)
         self.verbose = verbose
 
-    def run(self, request: RunRequest, store: RunStore) -> RunAccount:
+    def run(self, setup: Setup) -> RunAccount:
         ray = import_ray()
-        request.executor = "ray"
-        setup = Setup.of(request, store)
+        request = setup.request
         kind = setup.prepared.device.type
         resource = RESOURCES[kind]
         started = self._connect(ray, request, resource)
@@ -162,7 +161,7 @@ class RayExecutor:
             if started:
                 ray.shutdown()
             raise
-        request.workers = len(actors)  # the run's capacity, recorded with it
+        setup.request = replace(request, workers=len(actors))  # the run's capacity, recorded
         controller: Controller | None = None
         try:
             controller = setup.controller()
@@ -184,7 +183,7 @@ class RayExecutor:
             print(line)
         return summary
 
-    def _connect(self, ray: Any, request: RunRequest, resource: str) -> bool:
+    def _connect(self, ray: Any, request: RunOptions, resource: str) -> bool:
         """Connect to the cluster (or start a local one); True when this process started it."""
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": self.verbose > 0}
         options["configure_logging"] = False
@@ -195,7 +194,7 @@ class RayExecutor:
         else:
             from convmatrix.core.devices import cpu_cores, discover
 
-            units = request.workers or (
+            units = int(request.workers) or (
                 cpu_cores() if resource == "cpu_slot" else discover(resource).count
             )
             ray.init(resources={resource: max(1, units)}, _system_config=UNNICED, **options)

@@ -17,15 +17,15 @@ import pytest
 
 from convmatrix.core.errors import ConvmatrixError, UsageError
 from convmatrix.runners.account import RunAccount
-from convmatrix.runners.controller import RunRequest, Setup
-from convmatrix.runners.store import RunStore
+from convmatrix.runners.controller import Setup
+from convmatrix.runners.options import RunOptions
 
 __all__ = ["XdistExecutor", "pytest_args"]
 
 _AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 
-def pytest_args(request: RunRequest, n_cases: int, verbose: int = 0) -> list[str]:
+def pytest_args(request: RunOptions, n_cases: int, verbose: int = 0) -> list[str]:
     """The pytest command line of a run: neutral config, quiet progress, our summary only.
     The run itself (matrix, kernel, cases, resume) travels prepared, not as options."""
     args = ["-c", os.devnull, "--rootdir", os.getcwd(), "--noconftest", "--assert=plain"]
@@ -33,10 +33,11 @@ def pytest_args(request: RunRequest, n_cases: int, verbose: int = 0) -> list[str
     # Only the plugins a run needs (see _only_our_plugins): xdist and ours.
     args += ["-p", "xdist.plugin", "-p", "convmatrix.runners.plugin"]
     args += ["-v"] * verbose if verbose else ["-q"]
-    if request.workers:
+    workers = int(request.workers)
+    if workers:
         # A crashed worker is replaced; every case may crash its worker at worst.
-        restarts = n_cases + request.workers
-        args += ["-n", str(request.workers), f"--max-worker-restart={restarts}"]
+        restarts = n_cases + workers
+        args += ["-n", str(workers), f"--max-worker-restart={restarts}"]
     return args
 
 
@@ -76,11 +77,10 @@ class XdistExecutor:
         self.verbose = verbose
         self.extra = list(extra)
 
-    def run(self, request: RunRequest, store: RunStore) -> RunAccount:
-        setup = Setup.of(request, store)
+    def run(self, setup: Setup) -> RunAccount:
         n_cases = len(setup.prepared.planned())
         handover = _Handover(setup)
-        args = [*pytest_args(request, n_cases, self.verbose), *self.extra]
+        args = [*pytest_args(setup.request, n_cases, self.verbose), *self.extra]
         with _only_our_plugins():
             code = pytest.main(args, plugins=[handover])
         return _summary(code, handover.summary)

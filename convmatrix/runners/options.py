@@ -1,0 +1,272 @@
+"""A run's options, declared once: each field of ``RunOptions`` carries its flag, help and type,
+from which both ``convmatrix run``'s argparse options (``add_cli_options``) and the pytest
+plugin's options (``add_pytest_options``) are generated, and ``checked`` validates them once for
+every door (the CLI, ``convmatrix.run`` in Python, ``pytest --matrix``).
+
+Fields without a flag are set by code only (``files``: matrix files given to pytest as paths;
+``scan``: whether the pipeline scans the run for regressions). The options that act after the
+run (``--report``, ``--junit``, ...) are declared here too, so the run command has one list,
+but only the pipeline (``convmatrix.pipeline``) reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from convmatrix.core.errors import UsageError
+from convmatrix.core.verdict import RULES
+from convmatrix.runners.shards import parse_shard
+from convmatrix.runners.store import Shard
+
+__all__ = [
+    "DEVICES",
+    "EXECUTOR_NAMES",
+    "FAIL_ON",
+    "RunOptions",
+    "add_cli_options",
+    "add_pytest_options",
+    "worker_count",
+]
+
+DEVICES = ("auto", "cpu", "cuda", "mlu")
+EXECUTOR_NAMES = ("xdist", "ray")  # runners.executors.EXECUTORS, without importing them
+FAIL_ON = ("new-regressions",)
+_PYTEST_PREFIX = "convmatrix_"  # pytest dests live in one namespace with other plugins'
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one option is spelled on a command line (argparse and pytest take the same)."""
+
+    flags: tuple[str, ...]
+    help: str
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    action: str | None = None  # store_true, count, extend, append
+    pytest: bool = True  # also a ``pytest --matrix`` option (False: ``convmatrix run`` only)
+
+    def keywords(self, dest: str, default: Any) -> dict[str, Any]:
+        kw: dict[str, Any] = {"dest": dest, "help": self.help, "default": default}
+        for key in ("metavar", "type", "choices", "action"):
+            if getattr(self, key) is not None:
+                kw[key] = getattr(self, key)
+        if self.action == "extend":
+            kw["nargs"] = "+"
+        return kw
+
+
+def _option(*flags: str, default: Any = None, **spelling: Any) -> Any:
+    factory = list if isinstance(default, list) else None
+    meta = {"flag": Flag(tuple(flags), **spelling)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run was asked to do, whatever door it came through and whatever executor runs it.
+    ``checked()`` turns the options as given into the options a run is made of."""
+
+    matrix: str | None = _option(
+        "--matrix", help="built-in matrix name (smoke, nightly), a matrix file or cases .jsonl"
+    )
+    kernel: str | None = _option(
+        "--kernel", help="registered kernel name or package.module:attribute"
+    )
+    device: str = _option(
+        "--device", default="auto", help="auto (default), cpu, cuda or mlu (workers spread)"
+    )
+    workers: int | str = _option(
+        "-n", default="auto", help="worker processes: N or auto", pytest=False
+    )  # under pytest, xdist's own -n
+    db: str | None = _option(
+        "--db", metavar="URL",
+        help="database URL (default: $CONVMATRIX_DB, else sqlite:///convmatrix.db)",
+    )  # fmt: skip
+    no_db: bool = _option(
+        "--no-db", default=False, action="store_true", help="do not record (summary only)"
+    )
+    label: str | None = _option("--label", help="free-text label stored with the run")
+    commit: str | None = _option(
+        "--commit", help="kernel commit (default: git HEAD of the kernel's source)"
+    )
+    cases: list[str] = _option(
+        "--case", default=[], action="extend", metavar="ID",
+        help="run only these cases (id, id prefix or pytest id)",
+    )  # fmt: skip
+    resume: str | None = _option(
+        "--resume", metavar="RUN", help="run only the cases RUN (id, latest, label, commit) lacks"
+    )
+    case_timeout: float | None = _option(
+        "--case-timeout", type=float, metavar="S", help="seconds per case (default: matrix's)"
+    )
+    rule: str | None = _option(
+        "--policy", choices=tuple(RULES), metavar="RULE",
+        help=f"the rule of the verdict policy, overriding the matrix's: {', '.join(RULES)} "
+        "(default: bound; docs/spec.md §4)",
+    )  # fmt: skip
+    executor: str = _option(
+        "--executor", "--engine", default="xdist", choices=EXECUTOR_NAMES, pytest=False,
+        help="xdist: this host's devices (default); ray: a Ray cluster's (convmatrix[ray]); "
+        "--engine is its older name",
+    )  # fmt: skip
+    address: str | None = _option(
+        "--address", metavar="ADDR", pytest=False, help="the Ray cluster (default: a local one)"
+    )
+    shard: str | None = _option(
+        "--shard", metavar="I/N", pytest=False,
+        help="run shard I of N of one run (auto[/N]: I from the CI's index variable)",
+    )  # fmt: skip
+    run_label: str | None = _option(
+        "--run-label", metavar="LABEL", pytest=False, help="the run every --shard writes into"
+    )
+    verbose: int = _option(
+        "-v", "--verbose", default=0, action="count", pytest=False, help="one line per case"
+    )
+    # -- after the run (the pipeline's steps) --------------------------------------------------
+    report: Path | None = _option(
+        "--report", type=Path, metavar="DIR", pytest=False, help="write the HTML report here"
+    )
+    junit: Path | None = _option(
+        "--junit", type=Path, metavar="FILE", pytest=False, help="write JUnit XML here"
+    )
+    summary: Path | None = _option(
+        "--summary", type=Path, metavar="FILE", pytest=False,
+        help="append the CI job summary (markdown) here (default: $GITHUB_STEP_SUMMARY when set)",
+    )  # fmt: skip
+    base_url: str | None = _option(
+        "--base-url", metavar="URL", pytest=False,
+        help="link the job summary to `convmatrix serve` here (default: $CONVMATRIX_BASE_URL)",
+    )  # fmt: skip
+    fail_on: list[str] = _option(
+        "--fail-on", default=[], action="append", metavar="CONDITION", pytest=False,
+        help="new-regressions: exit 1 only when this run found a new regression",
+    )  # fmt: skip
+    confirm: bool = _option(
+        "--confirm", default=False, action="store_true", pytest=False,
+        help="rerun the cases of new regressions: confirmed or flaky (flaky ones do not fail)",
+    )  # fmt: skip
+    # -- set by code, not flags ------------------------------------------------------------------
+    files: tuple[str, ...] = ()  # *.matrix.yaml given to pytest as paths
+    scan: bool = True  # the pipeline scans a recorded run for regressions
+    sharding: Shard | None = None  # ``--shard`` and ``--run-label`` resolved by ``checked``
+
+    @classmethod
+    def from_namespace(cls, namespace: argparse.Namespace, **code: Any) -> RunOptions:
+        """The options argparse parsed (``add_cli_options``), plus fields set by code."""
+        return cls(**{f.name: getattr(namespace, f.name) for f in _flagged()}, **code)
+
+    @classmethod
+    def from_pytest(cls, config: Any, **code: Any) -> RunOptions:
+        """The options a pytest command line gave (``add_pytest_options``)."""
+        given = {
+            f.name: config.getoption(_PYTEST_PREFIX + f.name)
+            for f in _flagged()
+            if f.metadata["flag"].pytest
+        }
+        return cls(**given, **code)
+
+    def checked(self) -> RunOptions:
+        """These options validated and resolved (workers a number, the shard parsed, CI
+        defaults read from the environment); ``UsageError`` names the argument at fault.
+        Idempotent: checking checked options changes nothing."""
+        _check_choices(self)
+        if self.resume and self.no_db:
+            raise UsageError("--resume needs the database; drop --no-db")
+        if not self.resume and (not self.matrix or not self.kernel) and not self.files:
+            raise UsageError("--matrix and --kernel are required (or --resume RUN)")
+        if self.case_timeout is not None and not (
+            math.isfinite(self.case_timeout) and self.case_timeout > 0
+        ):
+            raise UsageError(
+                f"--case-timeout must be a finite number of seconds > 0, not {self.case_timeout}"
+            )
+        if self.label is not None and (len(self.label) > 200 or "\x00" in self.label):
+            raise UsageError("--label: at most 200 characters, without NUL")
+        if self.address and self.executor != "ray":
+            raise UsageError("--address is the Ray cluster's: give it with --executor ray")
+        sharding = self.sharding or parse_shard(self.shard, self.run_label)
+        if sharding is not None and self.no_db:
+            raise UsageError("--shard writes into a shared database; drop --no-db")
+        fail_on = [c.strip() for v in self.fail_on for c in v.split(",") if c.strip()]
+        unknown = [c for c in fail_on if c not in FAIL_ON]
+        if unknown:
+            raise UsageError(f"--fail-on {unknown[0]!r}: choose from {', '.join(FAIL_ON)}")
+        summary = self.summary
+        if summary is None and os.environ.get("GITHUB_STEP_SUMMARY"):
+            summary = Path(os.environ["GITHUB_STEP_SUMMARY"])
+        if self.no_db:
+            needs = [n for n, v in (("--report", self.report), ("--junit", self.junit),
+                     ("--summary", summary), ("--confirm", self.confirm),
+                     ("--fail-on", fail_on)) if v]  # fmt: skip
+            if needs:
+                raise UsageError(f"{', '.join(needs)} read the database; drop --no-db")
+        return replace(
+            self,
+            workers=worker_count(self.workers, self.device),
+            sharding=sharding,
+            fail_on=fail_on,
+            summary=summary,
+            base_url=self.base_url or os.environ.get("CONVMATRIX_BASE_URL") or None,
+        )
+
+
+def _check_choices(options: RunOptions) -> None:
+    device = options.device
+    if device not in DEVICES and device.split(":")[0] not in DEVICES:
+        raise UsageError(f"--device {device!r}: one of {', '.join(DEVICES)}")
+    if options.rule is not None and options.rule not in RULES:
+        raise UsageError(f"--policy {options.rule!r}: one of {', '.join(RULES)}")
+    if options.executor not in EXECUTOR_NAMES:
+        raise UsageError(f"--executor {options.executor!r}: one of {', '.join(EXECUTOR_NAMES)}")
+
+
+def worker_count(spec: str | int, device: str) -> int:
+    """``-n``: a number of workers, or ``auto``: one per device (per core on CPU)."""
+    if spec != "auto":
+        try:
+            n = int(spec)
+        except (TypeError, ValueError):
+            raise UsageError(f"-n {spec!r}: give a number of workers or 'auto'") from None
+        if n < 0:
+            raise UsageError(f"-n {n}: the number of workers cannot be negative")
+        return n
+    from convmatrix.core.devices import cpu_cores, discover, resolve_device
+
+    kind = resolve_device(device).type
+    return cpu_cores() if kind == "cpu" else max(1, discover(kind).count)
+
+
+def _flagged() -> list[Any]:
+    return [f for f in fields(RunOptions) if "flag" in f.metadata]
+
+
+def _default(f: Any) -> Any:
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def add_cli_options(parser: argparse.ArgumentParser) -> None:
+    """Every option of ``RunOptions`` on ``convmatrix run``'s parser (dest: the field name)."""
+    for f in _flagged():
+        flag: Flag = f.metadata["flag"]
+        parser.add_argument(*flag.flags, **flag.keywords(f.name, _default(f)))
+
+
+def add_pytest_options(group: Any) -> None:
+    """The options ``pytest --matrix`` takes, on the plugin's option group (dest prefixed)."""
+    for f in _flagged():
+        flag: Flag = f.metadata["flag"]
+        if flag.pytest:
+            kw = flag.keywords(_PYTEST_PREFIX + f.name, _default(f))
+            if kw.get("action") == "extend":  # pytest's parser knows append, not extend
+                kw["action"], kw.pop("nargs")
+                kw["action"] = "append"
+            group.addoption(*flag.flags, **kw)
