@@ -1,9 +1,9 @@
-"""The Ray engine's overhead beside xdist's: start-up and per-case cost, as a ratio.
+"""The Ray executor's overhead beside xdist's: start-up and per-case cost, as a ratio.
 
     python benchmarks/bench_executors.py [--matrix nightly] [--kernel torch] [--rounds 2] [-n 2]
 
 Each measurement is the whole ``convmatrix run`` command (``--no-db``), as a user would time
-it: ``--engine xdist -n N`` (N pytest-xdist workers) and ``--engine ray -n N`` (a local Ray
+it: ``--executor xdist -n N`` (N pytest-xdist workers) and ``--executor ray -n N`` (a local Ray
 cluster of N ``cpu_slot`` units started by the command, N device actors, each running its cases
 in a child process). Start-up is the command on one case of the matrix (``--case ID``); the
 per-case cost is (whole matrix - one case) / (cases - 1). Rounds alternate the engines so the
@@ -20,7 +20,7 @@ ENGINES = ("xdist", "ray")
 
 
 def timed_run(engine: str, matrix: str, kernel: str, workers: int, case: str | None) -> float:
-    extra = ["--engine", engine, *(["--case", case] if case else [])]
+    extra = ["--executor", engine, *(["--case", case] if case else [])]
     return bench_scaling.timed_run(matrix, kernel, workers, *extra)
 
 

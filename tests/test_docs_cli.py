@@ -47,8 +47,9 @@ def test_run_section_lists_its_options(page):
     for flag in ("--matrix", "--kernel", "-n", "--db", "--report", "--shard", "--fail-on"):
         assert f"| <code>{flag}</code>" in run, flag
     # choices, defaults and help come from argparse's own data
-    assert "{bound,threshold,framework,threshold&#95;or&#95;framework}" in run
-    assert "| <code>--engine</code> | <code>{xdist,ray}</code> | <code>xdist</code> |" in run
+    assert "bound, threshold, framework, threshold&#95;or&#95;framework" in run
+    executor = "| <code>--executor</code>, <code>--engine</code> | <code>{xdist,ray}</code> |"
+    assert f"{executor} <code>xdist</code> |" in run
 
 
 def test_nested_subcommands_are_rendered(page):

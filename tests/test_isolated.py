@@ -1,4 +1,4 @@
-"""Cases in a child process (``runners.isolated``), as the Ray engine's device actors run them:
+"""Cases in a child process (``runners.isolated``), as the Ray executor's device actors run them:
 real spawned processes, a kernel that aborts its process, one that hangs."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The Ray engine on a real two-node Ray cluster on 127.0.0.1 (``ray.cluster_utils.Cluster``,
+"""The Ray executor on a real two-node Ray cluster on 127.0.0.1 (``ray.cluster_utils.Cluster``,
 as Ray's own failure tests use): each node declares one ``cpu_slot``; Ray's temporary files
-go to a temporary folder. Every run is a real ``convmatrix run --engine ray --address ...``
+go to a temporary folder. Every run is a real ``convmatrix run --executor ray --address ...``
 process writing a real SQLite database; one node is removed during a run.
 """
 
