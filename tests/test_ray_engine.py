@@ -83,7 +83,7 @@ def test_smoke_on_two_nodes_matches_xdist_case_by_case(cluster, tmp_path):
                                "-n", "2"), tmp_path)  # fmt: skip
     assert xdist.returncode == 0, xdist.stdout
     ray_info, xdist_info = runs(url)
-    assert ray_info.options["engine"] == "ray" and xdist_info.options["engine"] == "xdist"
+    assert ray_info.options["executor"] == "ray" and xdist_info.options["executor"] == "xdist"
     by_ray = {r.case.id: r for r in stored_results(url, ray_info.id)}
     by_xdist = {r.case.id: r for r in stored_results(url, xdist_info.id)}
     assert set(by_ray) == set(by_xdist) and len(by_ray) == 35
