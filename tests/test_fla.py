@@ -1,15 +1,15 @@
 """The ``fla`` adapter: fla-core's Triton causal conv1d under the canonical protocol.
 
 Contract and registration tests run everywhere. Tests of fla itself need ``fla-core`` and
-``triton`` (``pip install 'convmatrix[fla]'``) and skip without them; on a machine without
-CUDA they run fla's real kernels under the Triton interpreter (the adapter turns it on), so
-shapes stay small: one forward+backward of B=2, C=20, L=70 takes about a second.
+``triton`` (``pip install 'convmatrix[fla]'``): without them they skip locally and fail under
+CI (tests/components.py; ``nox -s tests`` installs both). On a machine without CUDA they run
+fla's real kernels under the Triton interpreter (the adapter turns it on), so shapes stay
+small: one forward+backward of B=2, C=20, L=70 takes about a second.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,6 +17,7 @@ import sys
 
 import pytest
 import torch
+from components import missing
 from test_tiled import _seq_idx, _stored_dtypes, assert_matches, make_problem, run_both
 
 from convmatrix.core import Case
@@ -25,12 +26,8 @@ from convmatrix.kernels.fla_triton import FlaKernel
 from convmatrix.kernels.reference import ReferenceKernel
 from convmatrix.matrix import expand_matrix
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-HAS_FLA = HAS_TRITON and importlib.util.find_spec("fla") is not None
-needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
-needs_fla = pytest.mark.skipif(
-    not HAS_FLA, reason="fla-core/triton not installed (pip install 'convmatrix[fla]')"
-)
+needs_triton = pytest.mark.requires("triton")
+needs_fla = pytest.mark.requires("triton", "fla")
 # fla's tiles: 64 tokens; under the interpreter 16 channels (one autotune config kept).
 B, C, L = 2, 20, 70
 
@@ -199,7 +196,9 @@ def test_fla_kernels_do_no_bf16_by_bf16_arithmetic(monkeypatch):
     """The interpreter computes bf16 (op) bf16 on raw bit patterns; fla's conv kernels must
     not do any such operation for the interpreted results here to mean anything."""
     kernel = FlaKernel()
-    if kernel.availability() or not triton_interpreter.interpreting():
+    if kernel.availability():
+        missing("fla", kernel.availability())  # installed (needs_fla) but does not load
+    if not triton_interpreter.interpreting():
         pytest.skip("fla is not running under the Triton interpreter here")
     import triton.language as tl
     from triton.runtime import interpreter
@@ -264,7 +263,7 @@ def test_fla_final_state_column_0_gets_its_gradient():
 def _fla():
     kernel = FlaKernel()
     if kernel.availability():
-        pytest.skip(kernel.availability())
+        missing("fla", kernel.availability())  # installed (needs_fla) but does not load
     import fla.modules.causal_conv1d as conv
 
     return conv
