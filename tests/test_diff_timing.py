@@ -6,12 +6,11 @@ from __future__ import annotations
 import random
 
 import pytest
+import scipy.stats as scipy_stats
 
 from convmatrix.core.records import TimingResult
 from convmatrix.runners.timing.compare import compare_timings, mann_whitney_u
 from convmatrix.runners.timing.rules import TimingRule
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 
 @pytest.mark.parametrize("seed", range(6))
