@@ -235,6 +235,9 @@ def test_fla_state_has_w_columns_and_column_0_is_never_read():
     state[:, :, 0] = float("nan")  # too old for any output
     y, final = conv.causal_conv1d(x, w, None, initial_state=state, output_final_state=True)
     ref = ReferenceKernel().forward(x.transpose(1, 2), w, initial_state=state[:, :, 1:])
+    # fla sums W = 4 fp32 products: |y - exact| <= 4 * 2^-24 * sum|w x| (and the reference's
+    # own rounding to fp32, 2^-24 |y|); sum|w x| <= 10 for these randn inputs, so under 3e-6
+    # (measured: 4.8e-7). A column-0 read is NaN and a shifted state O(1).
     assert torch.allclose(y, ref.transpose(1, 2), atol=1e-5)
     assert final.shape == (2, 8, 4)  # W columns: the last W inputs, newest last
     assert torch.equal(final, x[:, -4:, :].transpose(1, 2))
@@ -242,7 +245,10 @@ def test_fla_state_has_w_columns_and_column_0_is_never_read():
     token = torch.randn(2, 8, generator=gen)
     y1, out = conv.causal_conv1d_update(token, cache, weight=w)
     assert out is cache and torch.equal(cache[:, :, -1], token)  # shifted in place
-    assert torch.allclose(y1, (cache * w).sum(-1), atol=1e-5)  # y from the shifted cache
+    # y from the shifted cache: both sides sum 4 fp32 products, perhaps in another order, so
+    # they differ by at most 2 * 4 * 2^-24 * sum|cache w| (sum <= 8.6 here): under 4.1e-6
+    # (measured: 0). y from the unshifted cache would differ by O(1).
+    assert torch.allclose(y1, (cache * w).sum(-1), atol=1e-5)
 
 
 @needs_fla
@@ -338,6 +344,9 @@ def test_update_matches_reference_in_place(tokens, slots):
     _fla()
     y, pool, r, ref_pool = _update_both(tokens, slots=slots, layout="channel_last")
     assert y.shape == (B, C, tokens)
+    # fla's fp32 sum of 4 products and a bias, then SiLU (slope <= 1.1), against the float64
+    # reference rounded to fp32: a few fp32 ulps of |y| <= 4.8 (measured: 4.8e-7, 2^-21);
+    # 1e-5 + 1e-5 |r| is 20x that. A wrong state column or token order gives O(1).
     assert torch.allclose(y, r, atol=1e-5, rtol=1e-5)
     assert torch.equal(pool, ref_pool)  # the state is a copy of inputs: bit for bit
     # (with identity slots the pool's extra row is part of the equality: untouched)
