@@ -120,10 +120,7 @@ def missing(name: str, reason: str) -> NoReturn:
     if name not in COMPONENTS:
         raise ValueError(f"{name!r} is not a declared component (tests/components.py)")
     if under_ci():
-        pytest.fail(
-            f"{MISSING} {name}: {reason}; CI gets it from {COMPONENTS[name].provided_by}",
-            pytrace=False,
-        )
+        pytest.fail(f"{MISSING} {name}: {reason}", pytrace=False)
     pytest.skip(f"needs {name}: {reason}")
 
 
@@ -168,4 +165,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for name, nodeids in sorted(tests.items()):
         more = f" and {len(nodeids) - 5} more" if len(nodeids) > 5 else ""
         shown = ", ".join(nodeids[:5]) + more
-        terminalreporter.line(f"{name}: {len(nodeids)} test(s) failed for it: {shown}")
+        where = COMPONENTS[name].provided_by
+        terminalreporter.line(f"{name} ({where}): {len(nodeids)} test(s) failed for it: {shown}")
