@@ -29,11 +29,15 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (SQLite always; PostgreSQL when CONVMATRIX_TEST_PG_URL is set).
     fla-core and Triton come too: the fla adapter's tests run it under the Triton CPU
     interpreter (triton is ~1 GB installed; pip keeps the torch pin); Ray too, for the Ray
-    engine's tests on a local two-node cluster."""
+    engine's tests on a local two-node cluster.
+
+    A test whose declared component is missing (PostgreSQL, Chromium, fla/Triton, Ray, ...;
+    tests/components.py) is skipped, its reason printed (``-rfEs``: failures, errors, skips),
+    or fails when ``CI`` is set: .ci/run provides all of them."""
     install_project(session, "test", "fla", "ray")
     workers = os.environ.get("CONVMATRIX_TEST_WORKERS", "2")
     # The slowest tests go in every log (the suite takes about 15 min here; README).
-    session.run("pytest", "-n", workers, "--durations=25", *session.posargs)
+    session.run("pytest", "-n", workers, "-rfEs", "--durations=25", *session.posargs)
 
 
 def _run_matrix(session: nox.Session, matrix: str) -> None:

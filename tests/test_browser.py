@@ -9,12 +9,12 @@ dialog opens). Screenshots go to ``test-artifacts/`` for people to look at.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from components import chromium_path, require
+from playwright.sync_api import sync_playwright
 from reports_support import XSS, synthetic_results, tile_plus_one_channel_last, write_run
 
 from convmatrix.cli import main
@@ -23,7 +23,6 @@ from convmatrix.reports.formatting import fmt_num, fmt_pct
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = os.environ.get("CONVMATRIX_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -33,11 +32,9 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    require("chromium")  # skipped without it locally, failed under CI
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         yield browser
         browser.close()
 

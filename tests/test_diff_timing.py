@@ -6,12 +6,11 @@ from __future__ import annotations
 import random
 
 import pytest
+import scipy.stats as scipy_stats
 
 from convmatrix.compare.timing.pairs import compare_timings, mann_whitney_u
 from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.core.records import TimingResult
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -11,8 +11,11 @@ workers must go, what it received must be stored, the run shows as abandoned and
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -35,6 +38,12 @@ from convmatrix.db.queries import resolve_run
 from convmatrix.runners.processes import descendants
 
 FAULTS = RESOURCES / "matrices" / "faults.matrix.yaml"
+# How long a process may outlive its killed controller. watch_parent polls every 0.25 s
+# (PARENT_POLL_S) and exits within a second on an idle machine; 60 s leaves a loaded 2-core
+# machine ample room. Without the watch, the process of
+# test_a_watched_process_and_its_children_end_when_its_parent_is_killed sleeps for 600 s,
+# so the bound still fails a missing watch.
+GONE_S = 60.0
 # seqlen -> (outcome, words its message must contain)
 EXPECTED = {
     3: ("failed", "path \\udcff"),
@@ -160,8 +169,10 @@ def test_sigkill_of_the_controller_leaves_no_worker_and_keeps_the_results(
     finally:
         if controller.poll() is None:
             controller.kill()
-    assert _wait_for(lambda: not any(_alive(p) for p in workers), limit_s=5.0), (
-        "workers outlived their controller by over 5 s"
+    # (execnet would end an orphaned xdist worker too, after 5-15 s: that the watch does it
+    # at all is the test below; this is about no worker being left)
+    assert _wait_for(lambda: not any(_alive(p) for p in workers), limit_s=GONE_S), (
+        f"workers outlived their controller by over {GONE_S:.0f} s"
     )
     (info,) = runs(url)
     assert info.shown_status.startswith("abandoned"), info.shown_status
@@ -195,3 +206,48 @@ def test_child_processes_of_a_case_end_with_it(tmp_path):
     finally:
         older.kill()
         older.wait()
+
+
+# A parent that starts a watched child and sleeps; the child starts ``sleep 600`` (a kernel's
+# helper) and writes both pids to argv[1] once its watch runs.
+_PARENT = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+time.sleep(600)
+"""
+_WATCHED = """
+import os, subprocess, sys, time
+from pathlib import Path
+from convmatrix.runners.processes import watch_parent
+watch_parent()
+helper = subprocess.Popen(["sleep", "600"])
+Path(sys.argv[1] + ".tmp").write_text(f"{os.getpid()} {helper.pid}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+"""
+
+
+def test_a_watched_process_and_its_children_end_when_its_parent_is_killed(tmp_path):
+    """``watch_parent`` alone, with no xdist or execnet to end the process otherwise."""
+    pids = tmp_path / "pids"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, _WATCHED, str(pids)], env=child_env(), cwd=tmp_path
+    )
+    watched = helper = None
+    try:
+        assert _wait_for(pids.exists), "the watched process did not start"
+        watched, helper = map(int, pids.read_text().split())
+        assert _alive(watched) and _alive(helper)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert _wait_for(lambda: not _alive(watched) and not _alive(helper), limit_s=GONE_S), (
+            f"a watched process or its child outlived its parent by over {GONE_S:.0f} s"
+        )
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in (watched, helper):
+            if pid is not None and _alive(pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)

@@ -3,7 +3,7 @@ real spawned processes, a kernel that aborts its process, one that hangs."""
 
 from __future__ import annotations
 
-import pytest
+import torch
 from runner_helpers import KERNELS, TINY, TINY_L7
 
 from convmatrix.runners.controller import Setup
@@ -48,7 +48,6 @@ def test_a_child_result_is_the_in_process_result(monkeypatch):
         child = runner.run(source, case, 60.0)
     finally:
         runner.close()
-    torch = pytest.importorskip("torch")
     torch.set_num_threads(1)  # as the child's
     local = run_guarded(case, setup.prepared.context(setup.prepared.workload(source)))
     assert child.outcome == local.outcome == "passed"

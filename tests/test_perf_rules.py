@@ -13,14 +13,13 @@ from __future__ import annotations
 import random
 
 import pytest
+import scipy.stats as scipy_stats
 
 from convmatrix.compare.timing.history import HistoryRule, history_regressions
 from convmatrix.compare.timing.pairs import compare_timings
 from convmatrix.compare.timing.pooled import EXACT_MAX_N, signed_rank_test
 from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.core.records import TimingResult
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 
 def _t(scope: str, centre: float, rng: random.Random, spread: float = 0.02, n: int = 8,

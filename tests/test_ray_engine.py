@@ -12,14 +12,17 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from components import require
 from runner_helpers import TINY, TINY_L7, child_env, convmatrix_cmd, run, runs
 from runner_helpers import results as stored_results
 
-ray = pytest.importorskip("ray")
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
+
 RUN_LIMIT_S = 120  # a run here takes 10-30 s; a driver that cannot reach the cluster hangs
-from ray.cluster_utils import Cluster  # noqa: E402
 
 # One cpu_slot per node (both on this host, at its own address).
 NODE = {"num_cpus": 1, "resources": {"cpu_slot": 1}, "include_dashboard": False}
@@ -28,6 +31,9 @@ NODE = {"num_cpus": 1, "resources": {"cpu_slot": 1}, "include_dashboard": False}
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """Two nodes, one cpu_slot each; actors' processes see the planted kernels."""
+    require("ray")  # the ray extra: skipped without it locally, failed under CI
+    from ray.cluster_utils import Cluster
+
     names = ("PYTHONPATH", "RAY_AUTH_MODE", "RAY_TMPDIR", "RAY_worker_niceness")
     saved = {k: os.environ.get(k) for k in names}
     temp = tempfile.mkdtemp(prefix="cmray")  # short: Ray's socket paths must fit 107 bytes
@@ -171,6 +177,7 @@ def test_without_ray_the_engine_says_how_to_get_it(tmp_path):
     assert plain.returncode == 0, plain.stdout + plain.stderr
 
 
+@pytest.mark.requires("ray")
 def test_a_cluster_the_engine_starts_runs_its_actors_unniced(tmp_path):
     """Without --address the engine starts its own one-host cluster, whose workers are the
     job: they must not run at Ray's default niceness of 15 (docs/deploy.md)."""

@@ -29,7 +29,6 @@ from convmatrix.db.migrate import upgrade
 from convmatrix.reports.formatting import fmt_num
 from convmatrix.service.regressions import scan_run
 
-pytest.importorskip("starlette")
 with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
