@@ -1,5 +1,5 @@
 """A correct kernel that takes its time: a run of it lasts long enough to lose a node during
-it (tests/test_ray_engine.py). Import as ``--kernel slow_kernels:SlowTorch``."""
+it (tests/test_ray_executor.py). Import as ``--kernel slow_kernels:SlowTorch``."""
 
 from __future__ import annotations
 
