@@ -64,7 +64,7 @@ def _chromium() -> str | None:
 def _package(module: str, install: str) -> Callable[[], str | None]:
     def probe() -> str | None:
         # Looked up without importing: fla must be imported only after the adapter has chosen
-        # the Triton interpreter (convmatrix.kernels.fla_triton).
+        # the Triton interpreter (convmatrix.kernels.adapters.fla).
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed ({install})"
         return None
