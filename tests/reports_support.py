@@ -163,6 +163,7 @@ def write_run(
     commit: str | None = "a" * 40,
     label: str | None = None,
     matrix: str = "nightly",
+    kind: str = "run",
 ) -> int:
     """Store ``results`` as one finished run through the real writer; returns the run id."""
     with ResultWriter(engine, batch_size=1000) as writer:
@@ -171,6 +172,7 @@ def write_run(
                 kernel=kernel, matrix=matrix, matrix_hash="f" * 64, kernel_commit=commit,
                 label=label, versions={"torch": "2.13.0", "convmatrix": "0.1.0"},
                 geometry=GEOMETRY, n_planned=len(results), argv=["convmatrix", "run"],
+                kind=kind,
             )
         )  # fmt: skip
         for r in results:

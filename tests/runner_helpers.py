@@ -54,7 +54,7 @@ def runs(url: str):
     engine = open_database(url)
     try:
         with Session(engine) as session:
-            return list(reversed(list_runs(session)))  # oldest first
+            return list(reversed(list_runs(session, kinds=None)))  # oldest first, every kind
     finally:
         engine.dispose()
 

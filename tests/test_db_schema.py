@@ -23,6 +23,7 @@ TABLES = {"runs", "cases", "metrics", "properties", "timings", "alembic_version"
 TABLES |= {"run_summaries", "run_counts"}  # 0002: history summaries per run
 TABLES |= {"run_shards"}  # 0005: the shards of a run written by several CI jobs
 TABLES |= {"regressions", "regression_events"}  # 0006: the regression lifecycle
+TABLES |= {"alerts"}  # 0008: the regressions one run found, grouped
 
 
 def test_first_use_creates_the_schema_the_models_describe(db_url):

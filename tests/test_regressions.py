@@ -1,7 +1,8 @@
 """The regression lifecycle over several stored runs, on SQLite and PostgreSQL: a scan per run
-inserts new regressions once, keeps known ones, closes fixed ones by itself; people move them
-along allowed transitions only; the CI outputs (JUnit XML parsed back, the markdown summary
-within its limit) name what the scan found."""
+raises one alert holding one regression per case and kind, keeps known ones, closes fixed ones
+by itself and reopens them when they fail again; side runs and older runs change nothing;
+people move regressions along allowed transitions only; the CI outputs (JUnit XML parsed back,
+the job summary within its limit) name what the run found, in detail."""
 
 from __future__ import annotations
 
@@ -9,20 +10,20 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from reports_support import cases, synthetic_results, write_run
+from reports_support import cases, synthetic_results, tile_plus_one_channel_last, write_run
 from sqlalchemy.orm import Session
 
 from convmatrix.cli import main
 from convmatrix.core.errors import UsageError
+from convmatrix.core.records import CaseResult
 from convmatrix.db import load_results, open_database
 from convmatrix.db.engine import write_session
-from convmatrix.service.ci import job_summary_markdown, junit_xml
-from convmatrix.service.regressions import (
-    list_regressions,
-    regression_events,
-    scan_run,
-    set_state,
-)
+from convmatrix.db.models import Run
+from convmatrix.db.queries import list_runs, resolve_run
+from convmatrix.service.alerts import get_alert, list_alerts
+from convmatrix.service.ci import JobSummary, job_summary_markdown, junit_xml
+from convmatrix.service.regressions import list_regressions, regression_events, set_state
+from convmatrix.service.scan import scan_run
 
 N = 40
 BROKEN = {c.id for c in cases(N)[:3]}  # the cases a "bad commit" breaks
@@ -38,53 +39,138 @@ def _scan(engine, run_id: int):
         return scan_run(session, run_id)
 
 
-def test_a_failure_is_new_once_and_closes_itself_when_fixed(db_url):
+def test_a_bad_commit_raises_one_alert_with_one_regression_per_case_and_kind(db_url):
     engine = open_database(db_url)
     good = _run(engine, False, "1" * 40)
     assert _scan(engine, good).new == []  # a clean first run: nothing to report
     bad = _run(engine, True, "2" * 40)
     first = _scan(engine, bad)
-    assert first.baseline_id == good
+    assert first.baseline_id == good and first.alert_id is not None
     failures = [r for r in first.new if r.kind == "new_failure"]
-    assert {r.case_id for r in failures} == BROKEN
     errors = [r for r in first.new if r.kind == "error_regression"]
-    assert {r.case_id for r in errors} == BROKEN  # O(1) errors where there were roundoffs
-    assert all(r.state == "detected" for r in first.new)
+    assert sorted(r.case_id for r in failures) == sorted(BROKEN)  # one each, not per output
+    assert sorted(r.case_id for r in errors) == sorted(BROKEN)
+    assert len(first.new) == 2 * len(BROKEN)
+    assert all(r.alert_id == first.alert_id and r.state == "detected" for r in first.new)
     assert all(r.last_good_run == good and r.first_bad_run == bad for r in first.new)
-    assert all(r.first_bad_commit == "2" * 40 for r in first.new)
-    assert _scan(engine, bad).new == []  # scanning twice inserts nothing
-
-    again = _run(engine, True, "3" * 40)  # the nightly keeps failing the same cases
-    second = _scan(engine, again)
-    assert second.new == [] and {r.id for r in second.kept} == {r.id for r in first.new}
-
-    fixed_run = _run(engine, False, "4" * 40)
-    third = _scan(engine, fixed_run)
-    assert {r.id for r in third.fixed} == {r.id for r in first.new}
-    assert all(r.state == "fixed" and r.fixed_run == fixed_run for r in third.fixed)
     with Session(engine) as session:
-        assert list_regressions(session, states=["detected"]) == []
+        results = {r.case.id: r for r in load_results(session, bad)}
+        alert = get_alert(session, first.alert_id)
+    for reg in failures:  # each failing output named with what was allowed, inside one row
+        failing = [o.output for o in results[reg.case_id].outputs if not o.passed]
+        assert [o["output"] for o in reg.outputs] == failing
+        assert reg.detail.startswith("passed -> failed: ")
+        assert all(f"{name} e_rel" in reg.detail for name in failing)
+    for reg in errors:  # every output whose error grew, before and after
+        assert {o["output"] for o in reg.outputs} == {
+            o.output for o in results[reg.case_id].outputs
+        }
+        assert all(o["e_rel"] > o["base_rel"] for o in reg.outputs)
+    assert (alert.run_id, alert.baseline_run, alert.commit) == (bad, good, "2" * 40)
+    assert {r.id for r in alert.regressions} == {r.id for r in first.new}
+    assert _scan(engine, bad).new == []  # scanning twice inserts nothing
+    with Session(engine) as session:
+        assert len(list_alerts(session)) == 1
+    engine.dispose()
+
+
+def test_known_fixed_and_broken_again_reopens_the_same_regressions(db_url):
+    engine = open_database(db_url)
+    good = _run(engine, False, "1" * 40)
+    first = _scan(engine, _run(engine, True, "2" * 40))
+    again = _scan(engine, _run(engine, True, "3" * 40))  # the nightly keeps failing them
+    assert again.new == again.reopened == [] and again.alert_id is None
+    assert {r.id for r in again.kept} == {r.id for r in first.new}
+    fixed_run = _run(engine, False, "4" * 40)
+    fixed = _scan(engine, fixed_run)
+    assert {r.id for r in fixed.fixed} == {r.id for r in first.new}
+    assert all(r.state == "fixed" and r.fixed_run == fixed_run for r in fixed.fixed)
+    broken_again = _run(engine, True, "5" * 40)
+    back = _scan(engine, broken_again)
+    assert back.new == [] and {r.id for r in back.reopened} == {r.id for r in first.new}
+    assert back.alert_id not in (None, first.alert_id)  # the new pair's alert holds them
+    assert all(r.state == "detected" and r.last_good_run == fixed_run for r in back.reopened)
+    with Session(engine) as session:
         events = regression_events(session, first.new[0].id)
     assert [(e.from_state, e.to_state, e.by) for e in events] == [
-        (None, "detected", "scan"),
-        ("detected", "fixed", "scan"),
-    ]
-    assert events[1].run_id == fixed_run
+        (None, "detected", "scan"), ("detected", "fixed", "scan"), ("fixed", "detected", "scan"),
+    ]  # fmt: skip
+    assert events[2].note == f"failed again in run {broken_again} (fixed in run {fixed_run})"
+    assert back.baseline_id == fixed_run != good
+    engine.dispose()
 
-    broken_again = _run(engine, True, "5" * 40)  # a fixed regression that comes back is new
-    fourth = _scan(engine, broken_again)
-    assert {r.case_id for r in fourth.new if r.kind == "new_failure"} == BROKEN
-    assert all(r.last_good_run == fixed_run for r in fourth.new)
+
+def test_a_regression_fixed_by_hand_reopens_when_the_next_run_fails_it(sqlite_url, capsys):
+    engine = open_database(sqlite_url)
+    _run(engine, False, "1" * 40)
+    first = _scan(engine, _run(engine, True, "2" * 40))
+    reg = first.new[0]
+    assert main(["regressions", "set", str(reg.id), "fixed", "--by", "ana",
+                 "--db", sqlite_url]) == 0  # fmt: skip
+    later = _run(engine, True, "3" * 40)
+    scan = _scan(engine, later)
+    assert reg.id in {r.id for r in scan.reopened}
+    with Session(engine) as session:
+        (now,) = list_regressions(session, ids=[reg.id])
+        events = regression_events(session, reg.id)
+    assert now.state == "detected" and now.first_bad_run == later
+    assert (events[-2].by, events[-2].to_state) == ("ana", "fixed")
+    assert (events[-1].by, events[-1].to_state) == ("scan", "detected")
     engine.dispose()
 
 
 def test_side_runs_are_neither_scanned_nor_baselines(sqlite_url):
     engine = open_database(sqlite_url)
     good = _run(engine, False, "1" * 40)
-    _run(engine, True, "2" * 40, label="confirm:1")  # a rerun of a few cases
-    assert _scan(engine, 2).new == []
+    side = _run(engine, True, "2" * 40, label="confirm:1", kind="confirm")
+    assert _scan(engine, side).skipped == "a confirm run is never scanned"
     bad = _run(engine, True, "3" * 40)
     assert _scan(engine, bad).baseline_id == good
+    _run(engine, False, "4" * 40, kind="bisect")
+    with Session(engine) as session:
+        assert resolve_run(session, "latest").id == bad  # never the bisect run
+        assert resolve_run(session, "4" * 8).kind == "bisect"  # named, it is found
+        assert [r.id for r in list_runs(session)] == [bad, good]  # the index: plain runs
+    engine.dispose()
+
+
+def test_an_older_run_fills_history_and_changes_no_regression(sqlite_url):
+    # An import of an old good run must not close what a newer run found (by time order).
+    engine = open_database(sqlite_url)
+    _run(engine, False, "1" * 40)
+    bad = _run(engine, True, "2" * 40)
+    found = _scan(engine, bad)
+    old = _run(engine, False, "0" * 40)
+    with write_session(engine) as session:  # started before every other run
+        session.get(Run, old).started_at = session.get(Run, 1).started_at.replace(year=2000)
+    scan = _scan(engine, old)
+    assert scan.skipped and scan.fixed == [] and scan.new == []
+    with Session(engine) as session:
+        assert {r.state for r in list_regressions(session)} == {"detected"}
+        assert len(list_regressions(session)) == len(found.new)
+    engine.dispose()
+
+
+def test_the_explanation_names_the_dimension_that_separates_failing_cases(sqlite_url):
+    engine = open_database(sqlite_url)
+    results = synthetic_results(N * 3, extras=False)
+    write_run(engine, results, commit="1" * 40)
+    broken = synthetic_results(N * 3, bug=tile_plus_one_channel_last, extras=False)
+    bad = write_run(engine, broken, commit="2" * 40)
+    scan = _scan(engine, bad)
+    with Session(engine) as session:
+        alert = get_alert(session, scan.alert_id)
+    best = alert.explanation[0]
+    failing = {r.case.id for r in broken if tile_plus_one_channel_last(r.case)}
+    # A pair of dimensions (the bug needs both) separates them exactly.
+    assert set(best["dimensions"]) == {"length class", "layout"}
+    assert (best["failing_in"], best["failing"], best["passing_in"]) == (
+        len(failing), len(failing), 0,
+    )  # fmt: skip
+    values = dict(zip(best["dimensions"], best["values"][0].split(" / "), strict=True))
+    assert values == {"length class": "tile+1", "layout": "channel_last"}
+    assert best["text"].endswith(f"{len(failing)} of {len(failing)} failing cases, 0 of "
+                                 f"{len(broken) - len(failing)} passing")  # fmt: skip
     engine.dispose()
 
 
@@ -95,23 +181,31 @@ def test_transitions_people_may_make(sqlite_url, capsys):
     reg = scan.new[0].id
     db = ["--db", sqlite_url]
     assert main(["regressions", "set", str(reg), "acknowledged", "--by", "ana", *db,
-                 "--note", "tile bug, PR 12"]) == 0  # fmt: skip
-    assert main(["regressions", "set", str(reg), "detected", "--by", "ana", *db]) == 2
-    assert "is acknowledged: it can become confirmed, ignored, fixed, not detected" in (
-        capsys.readouterr().err
-    )
-    assert main(["regressions", *db, "set", str(reg), "fixed", "--by", "bo"]) == 0
-    assert main(["regressions", "set", str(reg), "detected", "--by", "bo", *db]) == 0  # reopen
+                 "--note", "tile bug, PR 12", "--assign", "bo", "--bug", "PR-12"]) == 0  # fmt: skip
+    assert main(["regressions", "set", str(reg), "ignored", "--by", "ana", *db]) == 2
+    assert "say why it is ignored" in capsys.readouterr().err
+    assert main(["regressions", "set", str(reg), "invalid", "--by", "ana", *db,
+                 "--note", "a broken card"]) == 0  # fmt: skip
+    assert main(["regressions", "set", str(reg), "fixed", "--by", "ana", *db]) == 2
+    assert "is invalid: it can become detected, not fixed" in capsys.readouterr().err
+    assert main(["regressions", *db, "set", str(reg), "detected", "--by", "bo"]) == 0  # reopen
     assert main(["regressions", "set", "999", "fixed", *db]) == 2
     capsys.readouterr()
-    assert main(["regressions", "show", str(reg), *db]) == 0
+    assert main(["regressions", "show", f"r{reg}", *db]) == 0
     shown = capsys.readouterr().out
     assert "ana: detected -> acknowledged: tile bug, PR 12" in shown
-    assert "bo: acknowledged -> fixed" in shown and "bo: fixed -> detected" in shown
-    assert main(["regressions", "--state", "detected", "--format", "json", *db]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert {r["id"] for r in listed} == {r.id for r in scan.new}
-    assert next(r for r in listed if r["id"] == reg)["note"] == "tile bug, PR 12"
+    triaged = "ana: acknowledged -> acknowledged: assigned to bo; bug PR-12"
+    assert triaged in shown
+    assert (
+        "ana: acknowledged -> invalid: a broken card" in shown
+        and "bo: invalid -> detected" in shown
+    )
+    assert main(["regressions", "--format", "json", *db]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)  # one alert, its regressions inside
+    assert listed["id"] == scan.alert_id
+    assert {r["id"] for r in listed["regressions"]} == {r.id for r in scan.new}
+    mine = next(r for r in listed["regressions"] if r["id"] == reg)
+    assert (mine["assignee"], mine["bug"]) == ("bo", "PR-12")
     with write_session(engine) as session, pytest.raises(UsageError, match="choose from"):
         set_state(session, reg, "gone", by="x")
     engine.dispose()
@@ -134,6 +228,8 @@ def test_junit_xml_parses_back_with_one_testcase_per_case(sqlite_url):
         if result.outcome == "failed":
             assert failure is not None and result.case.pytest_id in failure.text
             assert "e_rel" in failure.text  # the verdict's lines, output by output
+            failing = [o.output for o in result.outputs if not o.passed]
+            assert all(f"{name} e_rel" in failure.get("message") for name in failing)
         elif result.outcome in ("crashed", "timeout", "error"):
             assert error is not None and error.get("type") == result.outcome
         else:
@@ -144,21 +240,48 @@ def test_junit_xml_parses_back_with_one_testcase_per_case(sqlite_url):
     engine.dispose()
 
 
-def test_the_summary_names_new_regressions_with_links_and_stays_under_its_limit(sqlite_url):
+def test_junit_xml_stays_well_formed_for_any_kernel_text():
+    (case,) = cases(1)
+    coloured = "\x1b[31mRuntimeError\x1b[0m: bad \x00 byte \x07 and \udc80"
+    result = CaseResult(case, "error", message=coloured)
+    root = ET.fromstring(junit_xml("run \x1b[1m1", [result]))  # a standard parser reads it
+    error = root.find("testsuite/testcase/error")
+    assert error.get("message").startswith("\\x1b[31mRuntimeError\\x1b[0m: bad \\x00 byte")
+
+
+def test_the_summary_names_every_failing_case_once_with_detail_and_links(sqlite_url):
     engine = open_database(sqlite_url)
     _run(engine, False, "1" * 40)
     bad = _run(engine, True, "2" * 40)
     scan = _scan(engine, bad)
-    text = job_summary_markdown(bad, "tiled (run 2)", {"passed": 37, "failed": 3}, scan,
-                            base_url="http://ci.example:8000/")  # fmt: skip
+    with Session(engine) as session:
+        results = load_results(session, bad)
+    base = "http://ci.example:8000/"
+    summary = JobSummary(bad, "tiled (run 2)", {"passed": 37, "failed": 3}, results,
+                         baseline_id=scan.baseline_id, alert_id=scan.alert_id,
+                         raised=scan.alerting, explanation=["x in {1}"])  # fmt: skip
+    text = job_summary_markdown(summary, base_url=base)
     assert "FAILED" in text and "| 37 | 3 |" in text
-    assert f"**{len(scan.new)} new regressions**" in text
-    assert f"(http://ci.example:8000/diff/1/{bad})" in text
-    for case_id in BROKEN:
-        assert f"[{case_id}](http://ci.example:8000/cases/{case_id})" in text
-    # Many regressions: cut to the limit with a line saying how much was left out.
-    scan.new = scan.new * 5000
-    big = job_summary_markdown(bad, "tiled (run 2)", {"failed": 3}, scan, limit=64 * 1024)
-    assert len(big.encode()) <= 64 * 1024
-    assert "more lines left out (summary limit)" in big
+    assert f"**{len(scan.new)} new regressions** ([alert {scan.alert_id}]" in text
+    assert f"(http://ci.example:8000/diff/1/{bad})" in text and "Where: x in {1}" in text
+    for reg in scan.new:
+        assert f"[#{reg.id}](http://ci.example:8000/regressions/{reg.id})" in text
+        assert reg.detail.replace("|", "\\|") in text
+    assert "Other failing cases" not in text  # every failing case is a new one: named once
+    # The next night: the same failures, all known; the summary still names them.
+    again = _run(engine, True, "3" * 40)
+    known = _scan(engine, again)
+    with Session(engine) as session:
+        results = load_results(session, again)
+    quiet = JobSummary(again, "tiled (run 3)", {"passed": 37, "failed": 3}, results,
+                       baseline_id=known.baseline_id, known=len(known.kept))  # fmt: skip
+    text = job_summary_markdown(quiet, base_url=base)
+    assert "**0 new regressions**" in text and "### Failing cases (3)" in text
+    assert all(f"/cases/{case_id})" in text for case_id in BROKEN)
+    assert text.count(next(iter(BROKEN))) == 2  # the link's text and its target, one row
+    # Many rows: cut to the limit with a line saying how much was left out and where.
+    big = JobSummary(bad, "t", {"failed": 3}, results * 2000, baseline_id=1)
+    cut = job_summary_markdown(big, base_url=base, limit=64 * 1024)
+    assert len(cut.encode()) <= 64 * 1024
+    assert "more rows left out (summary limit): see [the report of run" in cut
     engine.dispose()

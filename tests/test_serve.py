@@ -27,7 +27,7 @@ from convmatrix.db import make_engine, open_database
 from convmatrix.db.engine import write_session
 from convmatrix.db.migrate import upgrade
 from convmatrix.reports.formatting import fmt_num
-from convmatrix.service.regressions import scan_run
+from convmatrix.service.scan import scan_run
 
 with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
     warnings.simplefilter("ignore")

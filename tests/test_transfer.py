@@ -8,11 +8,16 @@ import os
 
 import pytest
 from reports_support import cases, synthetic_results, write_run
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from convmatrix.cli import main
 from convmatrix.db import load_results, open_database, resolve_run
-from convmatrix.service.regressions import list_regressions
+from convmatrix.db.engine import write_session
+from convmatrix.db.models import AlertRow, RegressionEventRow, RegressionRow, Run
+from convmatrix.db.queries import list_runs
+from convmatrix.service.regressions import list_regressions, regression_events, triage
+from convmatrix.service.scan import scan_run
 
 BROKEN = {c.id for c in cases(30)[:2]}
 
@@ -55,14 +60,59 @@ def test_runs_move_between_databases_as_json_lines(target, tmp_path, request, ca
             assert new.started_at == old.started_at and new.counts == old.counts
             _results_equal(load_results(sa, old.id), load_results(sb, new.id))
         found = list_regressions(sb)
-    # Scanned on import, in file order: run 2's new failures are the broken cases (run 1,
-    # with no run before it, reports its own bad case, the extras' crash).
+    # Scanned on import: run 2's new failures are the broken cases; run 1, older than run 2,
+    # takes its place in history and raises nothing (by time order, not file order).
     second = {r.case_id for r in found if r.kind == "new_failure" and r.first_bad_run == 2}
     assert second == BROKEN
-    crashed = next(r.case.id for r in results if r.outcome == "crashed")
-    assert {r.case_id for r in found if r.first_bad_run == 1} == {crashed}
+    assert {r.first_bad_run for r in found} == {2}
     a.dispose()
     b.dispose()
+
+
+def _counts(url: str) -> tuple[int, int, int, int]:
+    engine = open_database(url)
+    with Session(engine) as session:
+        counted = tuple(
+            session.scalar(select(func.count()).select_from(table))
+            for table in (Run, RegressionRow, RegressionEventRow, AlertRow)
+        )
+    engine.dispose()
+    return counted  # type: ignore[return-value]
+
+
+def test_importing_the_same_export_twice_changes_nothing_and_triage_travels(tmp_path, capsys):
+    source = f"sqlite:///{tmp_path / 'a.db'}"
+    engine = open_database(source)
+    write_run(engine, synthetic_results(30), commit="1" * 40)
+    bad = write_run(engine, synthetic_results(30, bug=lambda c: c.id in BROKEN), commit="2" * 40)
+    with write_session(engine) as session:
+        scan = scan_run(session, bad)
+        reg = scan.new[0].id
+        triage(session, reg, by="ana", state="acknowledged", note="PR 12", assignee="bo")
+    engine.dispose()
+    dump = tmp_path / "runs.jsonl"
+    assert main(["export", "--all", "--out", str(dump), "--db", source]) == 0
+    target = f"sqlite:///{tmp_path / 'b.db'}"
+    assert main(["import", str(dump), "--db", target]) == 0
+    after_one = _counts(target)
+    assert after_one == _counts(source)  # runs, regressions, events and alerts, as they were
+    assert main(["import", str(dump), "--db", target]) == 0
+    assert "import: runs none" in capsys.readouterr().out
+    assert _counts(target) == after_one  # the second time: nothing
+    engine = open_database(target)
+    with Session(engine) as session:
+        moved = next(r for r in list_regressions(session) if r.case_name == scan.new[0].case_name
+                     and r.kind == scan.new[0].kind)  # fmt: skip
+        events = regression_events(session, moved.id)
+        uids = {r.uid for r in list_runs(session, kinds=None)}
+    assert (moved.state, moved.assignee, moved.note) == ("acknowledged", "bo", "PR 12")
+    first_two = [(e.by, e.to_state) for e in events][:2]
+    assert first_two == [("scan", "detected"), ("ana", "acknowledged")]
+    source_engine = open_database(source)
+    with Session(source_engine) as session:
+        assert uids == {r.uid for r in list_runs(session, kinds=None)}  # the runs' identities
+    source_engine.dispose()
+    engine.dispose()
 
 
 def test_a_bad_line_names_the_file_and_line(tmp_path, capsys):

@@ -13,32 +13,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
-from convmatrix.db.engine import default_url
+from convmatrix.db.engine import absolute_url, default_url
 from convmatrix.reports.viewmodel import run_header
 from convmatrix.service.bisect import BisectRequest, bisect
 
 __all__ = ["add_arguments", "bisect_command"]
 
 
-def _absolute(url: str) -> str:
-    """A SQLite URL with an absolute path: the steps run in the repository, not here."""
-    parsed = make_url(url)
-    path = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
-        return url
-    return parsed.set(database=str(Path(path).expanduser().resolve())).render_as_string(
-        hide_password=False
-    )
-
-
 def bisect_command(args: argparse.Namespace) -> int:
     kernel, matrix = args.kernel, args.matrix
-    db = _absolute(args.db or default_url())
+    db = absolute_url(args.db or default_url())
     if args.run is not None:
         from convmatrix.db.queries import resolve_run
 

@@ -4,7 +4,10 @@ right after the run (``convmatrix.pipeline.confirm``).
 
 The rerun runs the cases by id, with the run's own kernel and matrix, on another device of
 the same kind when the machine has more than one, as a side run labelled ``confirm:RUN`` that
-is never a nightly's baseline. Exit status: 0 when nothing was confirmed, 1 when any was.
+is never a nightly's baseline. It reruns the kernel at the commit the run recorded: a checkout
+elsewhere is refused with both commits named, or with ``--checkout`` a temporary worktree at
+the recorded commit is used. Exit status: 0 when nothing was confirmed, 1 when any was, 2 when
+the rerun was refused.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ def confirm_command(args: argparse.Namespace) -> int:
     from convmatrix.pipeline.confirm import confirm_run
 
     with Database(args.db, existing=True) as database:
-        result = confirm_run(database, args.run, args.workers)
+        result = confirm_run(database, args.run, args.workers, checkout=args.checkout)
     print("\n".join(result.lines()))
     return 1 if result.confirmed else 0
 
@@ -33,5 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("run", metavar="RUN", help=RUN_HELP)
     parser.add_argument("-n", dest="workers", default="0", help="worker processes (default 0)")
+    parser.add_argument(
+        "--checkout", action="store_true",
+        help="when the kernel's checkout is not at the commit the run tested, rerun from a "
+        "temporary git worktree at that commit (default: refuse, naming both commits)",
+    )  # fmt: skip
     add_db_argument(parser)
     parser.set_defaults(handler=confirm_command)

@@ -10,7 +10,7 @@ from pathlib import Path
 from convmatrix.commands.arguments import add_db_argument
 from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
-from convmatrix.service.regressions import scan_run
+from convmatrix.service.scan import scan_run
 from convmatrix.service.transfer import import_lines
 
 __all__ = ["add_arguments", "import_command"]

@@ -1,9 +1,11 @@
-"""``convmatrix regressions``: list, scan and update the regressions of the recorded runs.
+"""``convmatrix regressions``: the alerts of the recorded runs, their regressions, triage.
 
-``regressions`` lists them (newest first; ``--state``, ``--kernel``, ``--case`` filter),
-``regressions scan RUN`` looks for the regressions of a run recorded without ``convmatrix run``
-(an import), ``regressions set ID STATE --by WHO [--note TEXT]`` moves one along its lifecycle
-(docs/regressions.md) and ``regressions show ID`` prints its history.
+``regressions`` lists the alerts (newest first; ``--state``, ``--kernel``, ``--case`` filter;
+``--format json``: a list of alerts, each with its ``regressions``), ``regressions show N``
+prints alert N with its explanation and regressions (``show rN``: regression N and its
+events), ``regressions scan RUN`` scans a run recorded without ``convmatrix run`` (an import),
+and ``regressions set ID STATE [--note WHY] [--assign WHO] [--bug LINK]`` triages one
+regression (``aN`` for every regression of alert N) along its lifecycle (docs/regressions.md).
 """
 
 from __future__ import annotations
@@ -12,66 +14,99 @@ import argparse
 import json
 import os
 
+from sqlalchemy.orm import Session
+
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
 from convmatrix.reports.viewmodel import to_jsonable
+from convmatrix.service.alerts import get_alert, list_alerts
 from convmatrix.service.regressions import (
     TRANSITIONS,
     list_regressions,
     regression_events,
-    scan_run,
-    set_state,
+    triage,
 )
+from convmatrix.service.scan import scan_run
 
 __all__ = ["add_arguments", "regressions_command"]
 
 
 def _list(args: argparse.Namespace) -> int:
     states = [s.strip() for v in args.state for s in v.split(",") if s.strip()]
+    unknown = [s for s in states if s not in TRANSITIONS]
+    if unknown:
+        raise UsageError(f"--state {unknown[0]!r}: choose from {', '.join(TRANSITIONS)}")
     with Database(args.db, existing=True) as database, database.reading() as session:
-        found = list_regressions(session, states=states, kernel=args.kernel, case_id=args.case)
+        alerts = list_alerts(session, states=states, kernel=args.kernel)
+    if args.case:
+        alerts = [a for a in alerts if any(r.case_id.startswith(args.case) for r in a.regressions)]
     if args.format == "json":
-        print(json.dumps(to_jsonable(found), indent=1))
-    else:
-        for reg in found:
-            print(reg.line())
-        if not found:
-            print("no regressions")
+        print(json.dumps(to_jsonable(alerts), indent=1))
+        return 0
+    for alert in alerts:
+        print("\n".join(alert.lines()))
+    if not alerts:
+        print("no alerts")
     return 0
 
 
 def _scan(args: argparse.Namespace) -> int:
     with Database(args.db, existing=True) as database, database.writing() as session:
         scan = scan_run(session, args.run)
+    if scan.skipped:
+        print(f"run {scan.run_id}: not scanned ({scan.skipped})")
+        return 0
     print(
         f"run {scan.run_id} against {scan.baseline_id or 'no earlier run'}: "
-        f"{len(scan.new)} new, {len(scan.kept)} known, {len(scan.fixed)} fixed"
+        f"{len(scan.new)} new, {len(scan.reopened)} reopened, {len(scan.kept)} known, "
+        f"{len(scan.fixed)} fixed" + (f" (alert {scan.alert_id})" if scan.alert_id else "")
     )
-    for reg in scan.new:
-        print("  NEW   " + reg.line())
-    for reg in scan.fixed:
-        print("  FIXED " + reg.line())
+    for label, regs in (("NEW", scan.new), ("AGAIN", scan.reopened), ("FIXED", scan.fixed)):
+        for reg in regs:
+            print(f"  {label:<6}" + reg.line())
     return 0
+
+
+def _regression_ids(session: Session, target: str) -> list[int]:
+    if target.startswith("a") and target[1:].isdigit():
+        return [r.id for r in get_alert(session, int(target[1:])).regressions]
+    if target.isdigit():
+        return [int(target)]
+    raise UsageError(f"ID {target!r}: a regression id (12) or an alert (a3)")
 
 
 def _set(args: argparse.Namespace) -> int:
     by = args.by or os.environ.get("USER") or "unknown"
     with Database(args.db, existing=True) as database, database.writing() as session:
-        reg = set_state(session, args.id, args.state, by=by, note=args.note)
-    print(reg.line())
+        changed = [
+            triage(session, reg_id, by=by, state=args.state, note=args.note,
+                   assignee=args.assign, bug=args.bug)
+            for reg_id in _regression_ids(session, args.id)
+        ]  # fmt: skip
+    for reg in changed:
+        print(reg.line())
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
+    target = args.id
     with Database(args.db, existing=True) as database, database.reading() as session:
-        found = list_regressions(session, ids=[args.id])
+        if target.isdigit():
+            print("\n".join(get_alert(session, int(target)).lines()))
+            return 0
+        if not (target.startswith("r") and target[1:].isdigit()):
+            raise UsageError(f"ID {target!r}: an alert id (3) or a regression (r12)")
+        found = list_regressions(session, ids=[int(target[1:])])
         if not found:
-            raise UsageError(f"regression {args.id}: no such regression")
-        events = regression_events(session, args.id)
-    print(found[0].line())
-    if found[0].detail:
-        print(f"  {found[0].detail}")
+            raise UsageError(f"regression {target[1:]}: no such regression")
+        events = regression_events(session, found[0].id)
+    reg = found[0]
+    print(reg.line() + (f"\n      alert {reg.alert_id}" if reg.alert_id else ""))
+    for entry in reg.outputs:
+        print(f"      {json.dumps(entry)}")
+    for prop in reg.properties:
+        print(f"      property {prop['name']}: {prop['detail']}")
     for e in events:
         note = f": {e.note}" if e.note else ""
         run = f" (run {e.run_id})" if e.run_id else ""
@@ -85,25 +120,28 @@ def regressions_command(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "The regressions found in recorded runs: list them (default), scan a run, "
-        "set one's state, show one's history."
+        "The alerts found in recorded runs, each with its regressions (one per case): list "
+        "them (default), show one, scan a run, triage a regression."
     )
     add_db_argument(parser)
-    parser.add_argument("--state", action="append", default=[], help="only these states")
+    parser.add_argument("--state", action="append", default=[],
+                        help="only alerts holding a regression in these states")  # fmt: skip
     parser.add_argument("--kernel", help="only this kernel")
-    parser.add_argument("--case", metavar="ID", help="only this case id (or prefix)")
+    parser.add_argument("--case", metavar="ID", help="only alerts holding this case (id prefix)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     scan = actions.add_parser("scan", help="look for the regressions of one run")
     scan.add_argument("run", metavar="RUN", help=RUN_HELP)
-    change = actions.add_parser("set", help="move a regression to another state")
-    change.add_argument("id", type=int, metavar="ID")
-    change.add_argument("state", choices=tuple(TRANSITIONS), metavar="STATE",
+    change = actions.add_parser("set", help="triage a regression (or every one of an alert)")
+    change.add_argument("id", metavar="ID", help="a regression id (12), or an alert (a3)")
+    change.add_argument("state", nargs="?", choices=tuple(TRANSITIONS), metavar="STATE",
                         help=f"one of {', '.join(TRANSITIONS)}")  # fmt: skip
     change.add_argument("--by", help="who changes it (default: $USER)")
-    change.add_argument("--note", help="why")
-    show = actions.add_parser("show", help="one regression and its history")
-    show.add_argument("id", type=int, metavar="ID")
+    change.add_argument("--note", help="why (ignored and invalid need one)")
+    change.add_argument("--assign", metavar="WHO", help="assign it ('' unassigns)")
+    change.add_argument("--bug", metavar="LINK", help="link a bug ('' removes the link)")
+    show = actions.add_parser("show", help="one alert (3) or one regression and its events (r12)")
+    show.add_argument("id", metavar="ID")
     for sub in (scan, change, show):  # --db before or after the action, either way
         sub.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help="database URL")
     parser.set_defaults(handler=regressions_command)

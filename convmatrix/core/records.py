@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -19,6 +20,7 @@ from convmatrix.core.sanitise import clean_text
 __all__ = [
     "BAD_OUTCOMES",
     "OUTCOMES",
+    "RUN_KINDS",
     "CaseResult",
     "ErrorMetrics",
     "OutputMetrics",
@@ -34,6 +36,9 @@ __all__ = [
 OUTCOMES = ("passed", "failed", "skipped", "crashed", "timeout", "error", "lost")
 # Outcomes that fail a run; "skipped" is neither good nor bad.
 BAD_OUTCOMES = ("failed", "crashed", "timeout", "error", "lost")
+# What a run is for: only plain runs (``run``) are baselines, ``latest``, history points and
+# index rows by default; the others are made to judge something else.
+RUN_KINDS = ("run", "confirm", "bisect", "adequacy")
 
 
 @dataclass(frozen=True)
@@ -174,3 +179,5 @@ class RunMeta:
     options: dict[str, Any] = field(default_factory=dict)
     geometry: dict[str, Any] | None = None
     n_planned: int | None = None
+    kind: str = "run"  # run | confirm | bisect | adequacy: only plain runs are baselines
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)  # kept by export and import

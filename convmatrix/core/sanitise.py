@@ -9,7 +9,7 @@ idempotently, where it is serialised, so nothing downstream has to care.
 
 from __future__ import annotations
 
-__all__ = ["MAX_TEXT", "clean_text"]
+__all__ = ["MAX_TEXT", "clean_text", "xml_safe"]
 
 MAX_TEXT = 4096  # characters kept of one message; the rest is counted, not kept
 
@@ -34,3 +34,23 @@ def clean_text(text: str | None, limit: int = MAX_TEXT) -> str | None:
         marker = f"... [{len(text) - limit} more chars]"
         text = text[:limit] + marker
     return text
+
+
+def _xml_char(code: int) -> bool:
+    """Whether XML 1.0 allows the character (``Char`` production of the spec)."""
+    return (
+        code in (0x9, 0xA, 0xD)
+        or 0x20 <= code <= 0xD7FF
+        or 0xE000 <= code <= 0xFFFD
+        or 0x10000 <= code <= 0x10FFFF
+    )
+
+
+def xml_safe(text: str) -> str:
+    """``text`` with every character XML 1.0 cannot hold (an ANSI colour's ESC, other C0
+    controls, lone surrogates) written as a backslash escape: a kernel's message in a JUnit
+    file must not make the whole file unreadable to CI."""
+    if all(_xml_char(ord(c)) for c in text):
+        return text
+    return "".join(c if _xml_char(ord(c)) else f"\\x{ord(c):02x}" if ord(c) < 0x100
+                   else f"\\u{ord(c):04x}" for c in text)  # fmt: skip

@@ -28,12 +28,14 @@ from convmatrix.core.tolerances import PARAM_GRADS, Policy, Tolerance, Tolerance
 
 __all__ = [
     "RULES",
+    "brief",
     "case_severity",
     "describe",
     "judge_output",
     "judged_dtype",
     "limit_usage",
     "outcome_of",
+    "output_brief",
     "output_severity",
     "tolerance_for",
     "worst",
@@ -156,6 +158,27 @@ def _output_line(o: OutputMetrics) -> str:
     if o.fw_rel is not None:
         line += f"; torch path e_rel {o.fw_rel:.3g}, e_norm {o.fw_norm:.3g}"
     return line
+
+
+def output_brief(o: OutputMetrics) -> str:
+    """One output's verdict in a few words: ``dx usage 151 (allowed 2)`` or, judged by the
+    rows, ``dx e_rel 0.3 (allowed 0.001)``."""
+    if o.usage_limit is not None and o.bound_usage is not None:
+        return f"{o.output} usage {o.bound_usage:.3g} (allowed {o.usage_limit:.3g})"
+    if o.limit_rel is not None:
+        return f"{o.output} e_rel {o.e_rel:.3g} (allowed {o.limit_rel:.3g})"
+    return f"{o.output} e_rel {o.e_rel:.3g}"
+
+
+def brief(result: CaseResult, limit: int = 300) -> str:
+    """A result's failure in one line: its failing outputs and properties, else its message
+    (what CLI lines, the job summary, JUnit's ``message`` and alert rows show)."""
+    parts = [output_brief(o) for o in result.outputs if not o.passed]
+    parts += [f"{p.name} failed" for p in result.properties if not p.passed]
+    if not parts and result.message:
+        parts = [result.message.strip().splitlines()[0] if result.message.strip() else ""]
+    text = "; ".join(p for p in parts if p) or result.outcome
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def describe(result: CaseResult) -> list[str]:

@@ -28,6 +28,7 @@ from convmatrix.core.errors import ConvmatrixError, UsageError
 
 __all__ = [
     "DEFAULT_URL",
+    "absolute_url",
     "connection_error",
     "default_url",
     "make_engine",
@@ -85,6 +86,18 @@ def _parse(url: str) -> URL:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def absolute_url(url: str) -> str:
+    """A SQLite URL with an absolute path (other URLs as they are): for a process started in
+    another directory (a bisect step, a rerun in a worktree) to write the same file."""
+    parsed = _parse(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return url
+    return parsed.set(database=str(Path(path).expanduser().resolve())).render_as_string(
+        hide_password=False
+    )
 
 
 def sqlite_file(url: str | None = None) -> Path | None:

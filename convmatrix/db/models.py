@@ -34,14 +34,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from convmatrix.core.records import OUTCOMES
+from convmatrix.core.records import OUTCOMES, RUN_KINDS
 
 __all__ = [
     "HEARTBEAT_S",
     "REGRESSION_KINDS",
     "REGRESSION_STATES",
+    "RUN_KINDS",
     "RUN_STATUSES",
     "STALE_HEARTBEAT_S",
+    "AlertRow",
     "Base",
     "CaseRow",
     "MetricRow",
@@ -63,8 +65,10 @@ HEARTBEAT_S = 2.0  # how often a writing controller stamps runs.heartbeat_at
 STALE_HEARTBEAT_S = 30.0  # a running run silent this long lost its controller
 REGRESSION_KINDS = ("new_failure", "error_regression", "timing_regression")
 # detected: found by a scan; confirmed/flaky: after a rerun; the rest set by people, except
-# fixed, which a later passing run also sets.
-REGRESSION_STATES = ("detected", "confirmed", "flaky", "acknowledged", "fixed", "ignored")
+# fixed, which a later passing run also sets (and a later failing run reopens: detected).
+REGRESSION_STATES = (
+    "detected", "confirmed", "flaky", "acknowledged", "fixed", "ignored", "invalid",
+)  # fmt: skip
 
 # Deterministic constraint names, so migrations can refer to (and batch-alter) them everywhere.
 NAMING_CONVENTION = {
@@ -107,13 +111,18 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+        CheckConstraint(_in("kind", RUN_KINDS), name="kind"),
         Index(None, "kernel", "started_at"),
+        Index(None, "uid", unique=True),
         Index(None, "label"),
         Index(None, "kernel_commit"),
         Index(None, "shard_label", unique=True),  # the run N CI shards write into
     )
 
     id: Mapped[intpk]
+    # The run's identity everywhere: kept by export and import (ids are per database).
+    uid: Mapped[str] = mapped_column(String(32))  # RunMeta.uid
+    kind: Mapped[str32] = mapped_column(default="run")
     kernel: Mapped[str200]
     kernel_commit: Mapped[str | None] = mapped_column(String(64))
     kernel_dirty: Mapped[bool | None]
@@ -327,11 +336,34 @@ class RunShardRow(Base):
 run_ref = Annotated[int | None, mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))]
 
 
+class AlertRow(Base):
+    """What one run found against its baseline: the regressions of one kernel, matrix and
+    device between two runs, grouped, with the dimension values that explain them and what
+    a confirmation rerun and a bisection found."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index(None, "kernel", "matrix", "device"),)
+
+    id: Mapped[intpk]
+    kernel: Mapped[str200]
+    matrix: Mapped[str200]
+    device: Mapped[str32]
+    run_id: Mapped[run_ref]  # the run that found it
+    baseline_run: Mapped[run_ref]  # what it was compared with (NULL: no earlier run)
+    created_at: Mapped[utc_time] = mapped_column(default=utcnow)
+    explanation: Mapped[json_data | None]  # [{"values": {...}, "failing": n, ...}, ...]
+    confirm_run: Mapped[run_ref]  # the rerun of ``convmatrix confirm``
+    bisect_commit: Mapped[str | None] = mapped_column(String(64))  # the first bad commit
+    bisect_run: Mapped[run_ref]  # the bisection's step at the first bad commit
+
+
 class RegressionRow(Base):
     """One case of one kernel, matrix and device that went bad, and where it stands.
 
-    ``output`` is the output an error regression concerns, the timing scope of a timing
-    regression, and ``""`` for a new failure (one row per case and kind and output)."""
+    One row per case and kind: ``outputs`` holds each output's measures before and after
+    (usage, e_rel, the allowed usage), ``properties`` the failed property checks. Rows from
+    before alerts (schema 0006/0007) were one per output: their ``output`` names it; newer
+    rows have ``output`` ``""``."""
 
     __tablename__ = "regressions"
     __table_args__ = (
@@ -339,9 +371,11 @@ class RegressionRow(Base):
         CheckConstraint(_in("state", REGRESSION_STATES), name="state"),
         Index(None, "kernel", "matrix", "device", "case_id"),
         Index(None, "state"),
+        Index(None, "alert_id"),
     )
 
     id: Mapped[intpk]
+    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="SET NULL"))
     kernel: Mapped[str200]
     matrix: Mapped[str200]
     device: Mapped[str32]
@@ -351,6 +385,10 @@ class RegressionRow(Base):
     kind: Mapped[str32]
     state: Mapped[str32]
     detail: Mapped[long_text | None]
+    outputs: Mapped[json_data | None]  # [{"output": "dx", "base_usage": .., "usage": ..}, ...]
+    properties: Mapped[json_data | None]  # [{"name": "causality", "detail": ".."}, ...]
+    assignee: Mapped[str200 | None]
+    bug: Mapped[long_text | None]  # a link or id in the team's tracker
     first_bad_run: Mapped[run_ref]
     first_bad_commit: Mapped[str | None] = mapped_column(String(64))
     last_good_run: Mapped[run_ref]

@@ -87,6 +87,8 @@ class RunInfo:
     counts: dict[str, int]  # outcome -> number of cases, every outcome present
     heartbeat_at: datetime | None = None  # the writing controller's last sign of life
     pid: int | None = None  # of the writing controller
+    kind: str = "run"  # what the run is for (core.records.RUN_KINDS)
+    uid: str = ""  # its globally unique id, kept by export and import
 
     def heartbeat_age(self, now: datetime | None = None) -> float | None:
         """Seconds since the controller writing this run last beat (None: it never did)."""
@@ -163,25 +165,38 @@ def _run_info(run: Run) -> RunInfo:
         heartbeat_at=_aware(run.heartbeat_at),
         pid=run.pid,
         shard_count=run.shard_count,
+        kind=run.kind,
+        uid=run.uid,
     )
 
 
-def list_runs(session: Session, *, kernel: str | None = None, limit: int = 50) -> list[RunInfo]:
-    """The newest runs first."""
+def list_runs(
+    session: Session,
+    *,
+    kernel: str | None = None,
+    limit: int = 50,
+    kinds: Sequence[str] | None = ("run",),
+) -> list[RunInfo]:
+    """The newest runs first; of these ``kinds`` (None: every kind; by default plain runs)."""
     query = select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
     if kernel is not None:
         query = query.where(Run.kernel == kernel)
+    if kinds is not None:
+        query = query.where(Run.kind.in_(list(kinds)))
     return [_run_info(run) for run in session.scalars(query)]
 
 
 def resolve_run(session: Session, spec: str | int) -> RunInfo:
-    """The run ``spec`` names: an id, ``latest``, a label, or a kernel commit (prefix).
+    """The run ``spec`` names: an id, ``latest`` (the newest plain run: not a confirm, bisect
+    or adequacy run), a label, or a kernel commit (prefix); where a label or commit matches
+    several runs of which one is a plain run, that one.
 
     Raises ``UsageError`` listing the candidates when nothing or more than one run matches.
     """
     text = str(spec).strip()
     if text == "latest":
-        runs = session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(1))
+        newest = select(Run).where(Run.kind == "run").order_by(Run.started_at.desc(), Run.id.desc())
+        runs = session.scalars(newest.limit(1))
         found = [_run_info(r) for r in runs]
         if not found:
             raise UsageError("run 'latest': the database holds no runs yet")
@@ -202,8 +217,9 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
             .order_by(Run.started_at, Run.id)
         )
     ]
-    if len(matches) == 1:
-        return matches[0]
+    plain = [m for m in matches if m.kind == "run"]
+    if len(matches) == 1 or len(plain) == 1:
+        return matches[0] if len(matches) == 1 else plain[0]
     if not matches:
         recent = "\n  ".join(r.describe() for r in list_runs(session, limit=5))
         hint = f"; the newest runs are:\n  {recent}" if recent else "; the database holds no runs"
@@ -332,7 +348,7 @@ def history(
     (``summaries.summary_select``), so both give the same numbers. A run summarised while this
     reads is taken live (its id was listed first), never twice.
     """
-    conditions: list[Any] = []
+    conditions: list[Any] = [Run.kind == "run"]  # history points are plain runs only
     if kernel is not None:
         conditions.append(Run.kernel == kernel)
     if since is not None:

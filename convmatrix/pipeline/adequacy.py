@@ -70,7 +70,7 @@ def _run_job(job: _Job) -> _Done:
         os.environ[ENV_VAR] = job.geometry
     options = RunOptions(
         matrix=job.matrix, kernel=job.kernel, device=job.device, workers=0, db=job.db,
-        label=job.label, cases=list(job.cases), scan=False,
+        label=job.label, cases=list(job.cases), kind="adequacy", scan=False,
     )  # fmt: skip
     with contextlib.redirect_stdout(io.StringIO()):
         account = run(options).account

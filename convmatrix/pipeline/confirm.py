@@ -1,17 +1,40 @@
 """Confirmation before alerting: rerun the cases of a run's new regressions and judge them.
 
-A rerun is a run of its own (prepared and executed like any other, labelled ``confirm:<run>``,
-never scanned), on another device of the same kind when the machine has one, so a fault of
-one card is told apart from one of the kernel; ``service.confirm`` judges it. It records into
-the database of the run it confirms, through the same engine.
+A rerun is a run of its own (kind ``confirm``, labelled ``confirm:<run>``, never scanned), on
+another device of the same kind when the machine has one, so a fault of one card is told
+apart from one of the kernel; ``service.confirm`` judges it and attaches it to the alert.
+
+It reruns the kernel the run tested, or nothing: the kernel's checkout must stand at the
+commit the run recorded. When it does not (another commit, or local changes the run did not
+have), the rerun is refused with both commits named, or, with ``checkout=True``, made from a
+temporary git worktree at the recorded commit, in a process of its own whose import path
+starts there. The rerun records the commit it actually ran (its own provenance), never the
+one it was asked about.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import select
+
 from convmatrix.core.devices import discover
+from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
+from convmatrix.db.engine import absolute_url
+from convmatrix.db.models import Run
+from convmatrix.db.queries import RunInfo
 from convmatrix.pipeline.steps import RunState, execute, prepare, walk
+from convmatrix.runners.controller import load_kernel
 from convmatrix.runners.options import RunOptions
+from convmatrix.runners.provenance import KernelIdentity, kernel_identity
 from convmatrix.service.confirm import Confirmation, judge_rerun, pending
 
 __all__ = ["confirm", "confirm_run", "rerun_device"]
@@ -26,28 +49,125 @@ def rerun_device(device: str) -> str:
     return f"{kind}:1" if discover(kind).count > 1 else kind
 
 
-def confirm_run(database: Database, spec: str | int, workers: int | str = 0) -> Confirmation:
-    """Rerun the cases of run ``spec``'s detected regressions and mark each one confirmed
-    (it reproduces) or flaky (it does not)."""
-    with database.writing() as session:
-        run, regressions = pending(session, spec)
-    if not regressions:
-        return Confirmation(run.id, None, [], [])
+def _rerun_options(
+    run: RunInfo, database: Database, workers: int | str, cases: list[str]
+) -> RunOptions:
     sources = run.options.get("matrix_sources") or []
-    rerun = RunOptions(
+    return RunOptions(
         matrix=sources[0] if len(sources) == 1 else run.matrix,
         kernel=run.options.get("kernel_spec") or run.kernel,
         device=rerun_device(run.device_kind),
         workers=workers,
         db=database.url,
         label=f"confirm:{run.id}",
-        commit=run.kernel_commit,
-        cases=sorted({r.case_id for r in regressions}),
+        kind="confirm",
+        cases=cases,
         scan=False,
     )
-    end = walk(rerun, database, (("prepare", prepare), ("execute", execute)))
-    rerun_id = end.account.run_id
-    assert rerun_id is not None, "a rerun into a database is recorded"
+
+
+def _stands_at(run: RunInfo, identity: KernelIdentity) -> str | None:
+    """Why the kernel's code here is not the code ``run`` tested; None when it is."""
+    recorded = run.kernel_commit
+    commit, dirty = identity.recorded()
+    if recorded is None or commit is None:
+        return None  # nothing recorded to hold it to (or nothing to tell here)
+    where = f" ({Path(identity.path).parent})" if identity.path else ""
+    if commit != recorded:
+        return (
+            f"run {run.id} tested kernel commit {recorded}; the kernel's checkout{where} is "
+            f"at {commit}"
+        )
+    if dirty and not run.kernel_dirty:  # a run made dirty is rerun dirty, and recorded so
+        return (
+            f"run {run.id} tested kernel commit {recorded}; the kernel's checkout{where} is "
+            "at it with local changes"
+        )
+    return None
+
+
+def _git(where: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        reason = (done.stderr or done.stdout).strip().splitlines()
+        raise UsageError(f"git {' '.join(args)}: {reason[-1] if reason else 'failed'}")
+    return done.stdout.strip()
+
+
+@contextmanager
+def _worktree(identity: KernelIdentity, commit: str) -> Iterator[Path]:
+    """A temporary worktree of the kernel's repository at ``commit``; yields the directory
+    to put first on the import path there (where the kernel's top-level package lives)."""
+    if identity.path is None:
+        raise UsageError(f"--checkout: the kernel's module {identity.module} has no file")
+    source = Path(identity.path).resolve()
+    top = Path(_git(source.parent, "rev-parse", "--show-toplevel"))
+    depth = len(identity.module.split(".")) - (0 if source.name == "__init__.py" else 1)
+    root = source.parents[depth] if depth < len(source.parents) else source.parent
+    scratch = Path(tempfile.mkdtemp(prefix="convmatrix-confirm-"))
+    tree = scratch / "worktree"
+    _git(top, "worktree", "add", "--detach", str(tree), commit)
+    try:
+        yield tree / root.relative_to(top)
+    finally:
+        subprocess.run(["git", "-C", str(top), "worktree", "remove", "--force", str(tree)],
+                       capture_output=True, timeout=120)  # fmt: skip
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> int:
+    """The rerun as ``convmatrix run`` in a process importing the kernel from ``root``."""
+    matrix = options.matrix or ""
+    if Path(matrix).is_file():
+        matrix = str(Path(matrix).resolve())
+    argv = [sys.executable, "-m", "convmatrix", "run", "--matrix", matrix,
+            "--kernel", str(options.kernel), "--device", options.device,
+            "-n", str(options.workers), "--db", absolute_url(database.url),
+            "--label", str(options.label), "--kind", "confirm"]  # fmt: skip
+    for case in options.cases:
+        argv += ["--case", case]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        reason = (done.stderr or done.stdout).strip().splitlines()
+        raise UsageError(f"confirm: the rerun in the worktree failed: {reason[-1:]}")
+    with database.reading() as session:
+        rerun = session.scalar(
+            select(Run.id).where(Run.label == options.label).order_by(Run.id.desc()).limit(1)
+        )
+    if rerun is None:
+        raise UsageError("confirm: the rerun in the worktree recorded no run")
+    return rerun
+
+
+def confirm_run(
+    database: Database, spec: str | int, workers: int | str = 0, *, checkout: bool = False
+) -> Confirmation:
+    """Rerun the cases of run ``spec``'s detected regressions at the kernel commit the run
+    tested and mark each one confirmed (it reproduces) or flaky (it does not)."""
+    with database.writing() as session:
+        run, regressions = pending(session, spec)
+    if not regressions:
+        return Confirmation(run.id, None, [], [])
+    options = _rerun_options(run, database, workers, sorted({r.case_id for r in regressions}))
+    identity = kernel_identity(load_kernel(options.kernel))
+    why = _stands_at(run, identity)
+    if why is not None and not checkout:
+        raise UsageError(
+            f"confirm: {why}: check out {run.kernel_commit} there, or pass --checkout to "
+            "rerun from a temporary worktree at it (nothing was rerun or marked)"
+        )
+    if why is not None:
+        assert run.kernel_commit is not None
+        with _worktree(identity, run.kernel_commit) as root:
+            rerun_id = _rerun_in_worktree(options.checked(), root, database)
+    else:
+        end = walk(options, database, (("prepare", prepare), ("execute", execute)))
+        assert end.account.run_id is not None, "a rerun into a database is recorded"
+        rerun_id = end.account.run_id
     with database.writing() as session:
         confirmed, flaky = judge_rerun(session, regressions, rerun_id)
     return Confirmation(run.id, rerun_id, confirmed, flaky)
@@ -56,7 +176,7 @@ def confirm_run(database: Database, spec: str | int, workers: int | str = 0) -> 
 def confirm(state: RunState) -> None:
     """The run's ``confirm`` step (``--confirm``): its new regressions rerun and judged."""
     end = state.end
-    if not state.options.confirm or end is None or end.scan is None or not end.scan.new:
+    if not state.options.confirm or end is None or end.scan is None or not end.scan.alerting:
         return
     assert state.database is not None and state.run_id is not None
     end.confirmation = confirm_run(state.database, state.run_id, state.options.workers)

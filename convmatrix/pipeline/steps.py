@@ -7,7 +7,7 @@ there and adds its own part; a step with nothing to do (no database, no ``--repo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from convmatrix.db.database import Database
@@ -20,9 +20,11 @@ from convmatrix.runners.controller import Setup
 from convmatrix.runners.executors import Executor, make_executor
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.store import MemoryStore, RunStore
-from convmatrix.service.ci import job_summary_markdown, write_junit
+from convmatrix.service.alerts import get_alert
+from convmatrix.service.ci import JobSummary, job_summary_markdown, write_junit
 from convmatrix.service.confirm import Confirmation
-from convmatrix.service.regressions import ScanResult, scan_run
+from convmatrix.service.regressions import Regression
+from convmatrix.service.scan import ScanResult, scan_run
 
 __all__ = [
     "RunEnd",
@@ -51,12 +53,13 @@ class RunEnd:
     fail_on: tuple[str, ...] = ()
 
     @property
-    def new_regressions(self) -> list:
-        """The regressions this run inserted, less those a rerun found flaky."""
+    def new_regressions(self) -> list[Regression]:
+        """The regressions this run raised (new and reopened), less those a rerun found
+        flaky."""
         if self.scan is None:
             return []
         flaky = {r.id for r in self.confirmation.flaky} if self.confirmation else set()
-        return [r for r in self.scan.new if r.id not in flaky]
+        return [r for r in self.scan.alerting if r.id not in flaky]
 
     @property
     def exit_code(self) -> int:
@@ -132,10 +135,19 @@ def ci_outputs(state: RunState) -> None:
     if options.junit is not None:
         end.junit = write_junit(options.junit, header.title, results)
     if options.summary is not None:
-        shown = replace(end.scan, new=end.new_regressions) if end.scan else None
-        text = job_summary_markdown(
-            state.run_id, header.title, header.counts, shown, base_url=options.base_url
-        )
+        scan = end.scan
+        explanation = []
+        if scan is not None and scan.alert_id is not None:
+            with state.database.reading() as session:
+                explanation = [e["text"] for e in get_alert(session, scan.alert_id).explanation]
+        summary = JobSummary(
+            state.run_id, header.title, header.counts, results, recorded=scan is not None,
+            baseline_id=scan.baseline_id if scan else None,
+            alert_id=scan.alert_id if scan else None, raised=end.new_regressions,
+            known=len(scan.kept) if scan else 0, fixed=len(scan.fixed) if scan else 0,
+            explanation=explanation,
+        )  # fmt: skip
+        text = job_summary_markdown(summary, base_url=options.base_url)
         options.summary.parent.mkdir(parents=True, exist_ok=True)
         with options.summary.open("a", encoding="utf-8") as out:  # GitHub appends steps
             out.write(text)

@@ -54,18 +54,20 @@ def load_run(session: Session, spec: str, url: str, *, what: str = "RUN") -> Loa
 
 
 def previous_run(session: Session, run: RunInfo) -> RunInfo | None:
-    """The newest run before ``run`` of the same kernel, matrix and device kind: what a nightly
-    diff compares against. Uses the (kernel, started_at) index."""
+    """The newest plain run before ``run`` of the same kernel, matrix and device kind: what a
+    nightly diff compares against. Uses the (kernel, started_at) index."""
     found = earlier_runs(session, run, 1)
     return found[0] if found else None
 
 
 def earlier_runs(session: Session, run: RunInfo, limit: int) -> list[RunInfo]:
-    """Up to ``limit`` runs before ``run`` of the same kernel, matrix and device kind, newest
-    first (the history a timing is judged against)."""
+    """Up to ``limit`` plain runs before ``run`` of the same kernel, matrix and device kind,
+    newest first (a run's baseline, the history a timing is judged against); confirm, bisect
+    and adequacy runs are never a baseline."""
     rows = session.scalars(
         select(Run.id)
         .where(
+            Run.kind == "run",
             Run.kernel == run.kernel,
             Run.matrix == run.matrix,
             Run.device_kind == run.device_kind,

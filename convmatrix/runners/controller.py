@@ -255,6 +255,7 @@ def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,
+        kind=request.kind,
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from convmatrix.core.errors import UsageError
+from convmatrix.core.records import RUN_KINDS
 from convmatrix.core.verdict import RULES
 from convmatrix.runners.shards import parse_shard
 from convmatrix.runners.store import Shard
@@ -128,6 +129,11 @@ class RunOptions:
     run_label: str | None = _option(
         "--run-label", metavar="LABEL", pytest=False, help="the run every --shard writes into"
     )
+    kind: str = _option(
+        "--kind", default="run", choices=RUN_KINDS, pytest=False,
+        help="what the run is for: run (default), or a run made to judge another (confirm, "
+        "bisect, adequacy), never a baseline, 'latest' or a history point",
+    )  # fmt: skip
     verbose: int = _option(
         "-v", "--verbose", default=0, action="count", pytest=False, help="one line per case"
     )
@@ -225,6 +231,8 @@ def _check_choices(options: RunOptions) -> None:
         raise UsageError(f"--device {device!r}: one of {', '.join(DEVICES)}")
     if options.rule is not None and options.rule not in RULES:
         raise UsageError(f"--policy {options.rule!r}: one of {', '.join(RULES)}")
+    if options.kind not in RUN_KINDS:
+        raise UsageError(f"--kind {options.kind!r}: one of {', '.join(RUN_KINDS)}")
     if options.executor not in EXECUTOR_NAMES:
         raise UsageError(f"--executor {options.executor!r}: one of {', '.join(EXECUTOR_NAMES)}")
 

@@ -67,7 +67,7 @@ def step_script(request: BisectRequest) -> str:
     q = shlex.quote
     run = [request.python, "-m", "convmatrix", "run", "--matrix", request.matrix,
            "--kernel", request.kernel, "--case", request.case_id, "--db", request.db,
-           "-n", "0", "--device", request.device]  # fmt: skip
+           "-n", "0", "--device", request.device, "--kind", "bisect"]  # fmt: skip
     build = ""
     if request.build:
         build = (

@@ -1,22 +1,30 @@
-"""What a CI job shows of a run: JUnit XML (one testcase per case) and a markdown summary.
+"""What a CI job shows of a run: JUnit XML (one testcase per case) and the job summary.
 
-The summary goes where GitHub Actions reads it (``$GITHUB_STEP_SUMMARY``), which takes at most
-1 MiB per step: it is written within ``SUMMARY_LIMIT`` bytes, lists cut with a line saying how
-many were left out. It names only the regressions the run's scan inserted (the new ones), with
-the outcome counts and, when a base URL is configured, links to the served pages.
+JUnit: every failing case's ``message`` is its failure in one line (``core.verdict.brief``:
+the failing outputs with their usage and what was allowed, the failed properties), its text
+the verdict's lines; any character XML cannot hold (a kernel's ANSI colours) is escaped, so a
+kernel's words never make the file unreadable.
+
+The job summary goes where GitHub Actions reads it (``$GITHUB_STEP_SUMMARY``), which takes at
+most 1 MiB per step: it is written within ``SUMMARY_LIMIT`` bytes, every list cut with a line
+saying how many were left out and where to see them. It names the regressions this run raised
+(new and reopened) with their detail, why they fail (the alert's explanation), and every other
+failing case of the run (known failures), each case once.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
-from convmatrix.core.verdict import describe
-from convmatrix.service.regressions import Regression, ScanResult
+from convmatrix.core.sanitise import xml_safe
+from convmatrix.core.verdict import brief, describe
+from convmatrix.service.regressions import Regression
 
-__all__ = ["SUMMARY_LIMIT", "job_summary_markdown", "junit_xml", "write_junit"]
+__all__ = ["SUMMARY_LIMIT", "JobSummary", "job_summary_markdown", "junit_xml", "write_junit"]
 
 SUMMARY_LIMIT = 1024 * 1024 - 16 * 1024  # GitHub's 1 MiB, less room for other steps' lines
 
@@ -24,7 +32,7 @@ SUMMARY_LIMIT = 1024 * 1024 - 16 * 1024  # GitHub's 1 MiB, less room for other s
 def junit_xml(run_name: str, results: Sequence[CaseResult]) -> bytes:
     """One ``testsuite`` with a ``testcase`` per case: failed and bad outcomes are failures
     (crashed, timeout and error as ``error``) whose text is the verdict's; skips skipped."""
-    suite = ET.Element("testsuite", name=run_name, tests=str(len(results)))
+    suite = ET.Element("testsuite", name=xml_safe(run_name), tests=str(len(results)))
     counts = dict.fromkeys(("failures", "errors", "skipped"), 0)
     total_s = 0.0
     for result in results:
@@ -34,19 +42,19 @@ def junit_xml(run_name: str, results: Sequence[CaseResult]) -> bytes:
             suite, "testcase", classname=f"convmatrix.{case.suite}", name=case.pytest_id,
             time=f"{result.duration_s:.3f}", id=case.id,
         )  # fmt: skip
-        text = "\n".join(describe(result))
+        text = xml_safe("\n".join(describe(result)))
+        message = xml_safe(brief(result, limit=500))
         if result.outcome == "failed":
             counts["failures"] += 1
-            child = ET.SubElement(element, "failure", message=(result.message or "failed")[:500])
+            child = ET.SubElement(element, "failure", message=message)
             child.text = text
         elif result.outcome in BAD_OUTCOMES:
             counts["errors"] += 1
-            message = (result.message or result.outcome)[:500]
             child = ET.SubElement(element, "error", message=message, type=result.outcome)
             child.text = text
         elif result.outcome == "skipped":
             counts["skipped"] += 1
-            ET.SubElement(element, "skipped", message=result.message or "skipped")
+            ET.SubElement(element, "skipped", message=xml_safe(result.message or "skipped"))
     for name, n in counts.items():
         suite.set(name, str(n))
     suite.set("time", f"{total_s:.3f}")
@@ -62,6 +70,23 @@ def write_junit(path: Path, run_name: str, results: Sequence[CaseResult]) -> Pat
     return path
 
 
+@dataclass
+class JobSummary:
+    """What the job summary is written from (the pipeline gathers it after the scan)."""
+
+    run_id: int
+    title: str
+    counts: dict[str, int]
+    results: Sequence[CaseResult]  # the run's, to name its failing cases
+    recorded: bool = True  # False: --no-db, nothing compared
+    baseline_id: int | None = None
+    alert_id: int | None = None
+    raised: list[Regression] = field(default_factory=list)  # new and reopened
+    known: int = 0  # regressions already open that the run still shows
+    fixed: int = 0
+    explanation: list[str] = field(default_factory=list)  # why the raised ones fail
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -70,27 +95,31 @@ def _link(base_url: str | None, path: str, text: str) -> str:
     return f"[{text}]({base_url.rstrip('/')}{path})" if base_url else text
 
 
-def _regression_rows(regs: Sequence[Regression], base_url: str | None) -> list[str]:
+def _raised_rows(regs: Sequence[Regression], base_url: str | None) -> list[str]:
     return [
-        f"| {_link(base_url, f'/cases/{r.case_id}', r.case_id)} | {_cell(r.case_name)} | "
-        f"{r.kind.replace('_', ' ')} | {r.output or ''} | {_cell(r.detail or '')} |"
+        f"| {_link(base_url, f'/regressions/{r.id}', f'#{r.id}')} | "
+        f"{_link(base_url, f'/cases/{r.case_id}', r.case_id)} | {_cell(r.case_name)} | "
+        f"{r.kind.replace('_', ' ')} | {_cell(r.detail or '')} |"
         for r in regs
     ]
 
 
+def _failure_rows(results: Sequence[CaseResult], base_url: str | None) -> list[str]:
+    return [
+        f"| {_link(base_url, f'/cases/{r.case.id}', r.case.id)} | {_cell(r.case.pytest_id)} | "
+        f"{r.outcome} | {_cell(brief(r))} |"
+        for r in results
+    ]
+
+
 def job_summary_markdown(
-    run_id: int,
-    title: str,
-    counts: dict[str, int],
-    scan: ScanResult | None,
-    *,
-    base_url: str | None = None,
-    limit: int = SUMMARY_LIMIT,
+    summary: JobSummary, *, base_url: str | None = None, limit: int = SUMMARY_LIMIT
 ) -> str:
-    """The markdown summary of run ``run_id``, at most ``limit`` bytes in UTF-8."""
+    """The markdown job summary of one run, at most ``limit`` bytes in UTF-8."""
+    run_id, counts = summary.run_id, summary.counts
     bad = sum(counts.get(o, 0) for o in BAD_OUTCOMES)
     head = [
-        f"## convmatrix: {_link(base_url, f'/runs/{run_id}', title)} "
+        f"## convmatrix: {_link(base_url, f'/runs/{run_id}', summary.title)} "
         f"{'FAILED' if bad else 'PASSED'}",
         "",
         "| " + " | ".join(OUTCOMES) + " |",
@@ -98,38 +127,49 @@ def job_summary_markdown(
         "| " + " | ".join(str(counts.get(o, 0)) for o in OUTCOMES) + " |",
         "",
     ]
-    if scan is None:
+    if not summary.recorded:
         head.append("Not recorded: no regressions were looked for.")
-        return "\n".join(head) + "\n"
-    if scan.baseline_id is None:
+    elif summary.baseline_id is None:
         head.append("No earlier run of this kernel, matrix and device: every failure is new.")
     else:
-        diff = _link(base_url, f"/diff/{scan.baseline_id}/{run_id}", f"run {scan.baseline_id}")
-        head.append(f"Compared with {diff}.")
-    head += [
-        "",
-        f"**{len(scan.new)} new regressions**, {len(scan.kept)} already known, "
-        f"{len(scan.fixed)} fixed by this run"
-        + (f" ({_link(base_url, '/regressions', 'all regressions')})." if base_url else "."),
-        "",
-    ]
+        diff = f"/diff/{summary.baseline_id}/{run_id}"
+        head.append(f"Compared with {_link(base_url, diff, f'run {summary.baseline_id}')}.")
+    if summary.recorded:
+        alert = (
+            f" ({_link(base_url, f'/alerts/{summary.alert_id}', f'alert {summary.alert_id}')})"
+            if summary.alert_id else ""
+        )  # fmt: skip
+        head += [
+            "",
+            f"**{len(summary.raised)} new regressions**{alert}, {summary.known} already "
+            f"known, {summary.fixed} fixed by this run.",
+            "",
+        ]
+    head += [f"Where: {_cell(text)}" for text in summary.explanation[:1]]
     tail: list[str] = []
-    for kind, heading in (
-        ("new_failure", "New failures"),
-        ("error_regression", "Error regressions"),
-        ("timing_regression", "Timing regressions"),
-    ):
-        regs = [r for r in scan.new if r.kind == kind]
-        if regs:
-            tail += [f"### {heading} ({len(regs)})", "", "| case | name | kind | output | detail |",
-                     "|---|---|---|---|---|", *_regression_rows(regs, base_url), ""]  # fmt: skip
+    if summary.raised:
+        tail += [f"### New regressions ({len(summary.raised)})", "",
+                 "| regression | case | name | kind | detail |", "|---|---|---|---|---|",
+                 *_raised_rows(summary.raised, base_url), ""]  # fmt: skip
+    named = {r.case_id for r in summary.raised}
+    others = [r for r in summary.results if r.outcome in BAD_OUTCOMES and r.case.id not in named]
+    if others:
+        title = "Other failing cases" if summary.raised else "Failing cases"
+        tail += [f"### {title} ({len(others)})", "", "| case | name | outcome | failure |",
+                 "|---|---|---|---|", *_failure_rows(others, base_url), ""]  # fmt: skip
+    return _within(head, tail, limit, base_url, run_id)
+
+
+def _within(head: list[str], tail: list[str], limit: int, base_url: str | None, run_id: int) -> str:
     text = "\n".join(head) + "\n"
-    budget = limit - len(text.encode()) - 200
+    budget = limit - len(text.encode()) - 300
     kept: list[str] = []
     for i, line in enumerate(tail):
         size = len(line.encode()) + 1
         if size > budget:
-            kept.append(f"\n... {len(tail) - i} more lines left out (summary limit).")
+            rows = sum(1 for rest in tail[i:] if rest.startswith("| ") and "---" not in rest)
+            where = _link(base_url, f"/runs/{run_id}", f"the report of run {run_id}")
+            kept.append(f"\n... {rows} more rows left out (summary limit): see {where}.")
             break
         kept.append(line)
         budget -= size

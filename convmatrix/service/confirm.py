@@ -18,13 +18,9 @@ from sqlalchemy.orm import Session
 from convmatrix.compare.runs import DiffOptions
 from convmatrix.db.models import RegressionRow
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
-from convmatrix.service.regressions import (
-    Regression,
-    compare_against,
-    flagged_keys,
-    list_regressions,
-    set_state,
-)
+from convmatrix.service.alerts import record_confirmation
+from convmatrix.service.regressions import Regression, list_regressions, set_state
+from convmatrix.service.scan import compare_against, flagged_keys
 
 __all__ = ["Confirmation", "judge_rerun", "pending"]
 
@@ -74,10 +70,12 @@ def judge_rerun(
         if reg.last_good_run not in flagged:
             good = resolve_run(session, reg.last_good_run) if reg.last_good_run else None
             view = compare_against(session, good, results, options)
-            flagged[reg.last_good_run] = set(flagged_keys(view))
+            flagged[reg.last_good_run] = flagged_keys(view)
         again = reg.key in flagged[reg.last_good_run]
         state = "confirmed" if again else "flaky"
         note = f"rerun {rerun_id}: " + ("reproduced" if again else "did not reproduce")
         updated = set_state(session, reg.id, state, by="confirm", note=note, run_id=rerun_id)
         (confirmed if again else flaky).append(updated)
+    for alert_id in {r.alert_id for r in regressions if r.alert_id is not None}:
+        record_confirmation(session, alert_id, rerun_id)
     return confirmed, flaky

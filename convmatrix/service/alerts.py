@@ -1,0 +1,134 @@
+"""Alerts: what one run found against its baseline, as people triage it.
+
+An alert is one kernel, matrix and device between two runs (its baseline and the run that
+found it), holding one regression per case (``service.regressions``), the dimension values
+that explain them (``reports.explain``, computed by the scan), and what was done to find the
+cause: the confirmation rerun and the first bad commit a bisection found. Its state is its
+regressions' (an alert is open while any of them is).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from convmatrix.core.errors import UsageError
+from convmatrix.db.models import AlertRow, Run
+from convmatrix.service.regressions import OPEN_STATES, Regression, list_regressions
+
+__all__ = ["Alert", "get_alert", "list_alerts", "record_bisection", "record_confirmation"]
+
+
+@dataclass
+class Alert:
+    id: int
+    kernel: str
+    matrix: str
+    device: str
+    run_id: int | None
+    baseline_run: int | None
+    commit: str | None  # the run's kernel commit
+    baseline_commit: str | None
+    created_at: str
+    explanation: list[dict[str, Any]]
+    confirm_run: int | None
+    bisect_commit: str | None  # the first bad commit, once bisected
+    bisect_run: int | None
+    regressions: list[Regression] = field(default_factory=list)
+
+    @property
+    def states(self) -> dict[str, int]:
+        return dict(Counter(r.state for r in self.regressions))
+
+    @property
+    def open(self) -> bool:
+        return any(r.state in OPEN_STATES for r in self.regressions)
+
+    def lines(self) -> list[str]:
+        """A terminal's view: the headline, why, and each regression."""
+        states = ", ".join(f"{n} {s}" for s, n in sorted(self.states.items()))
+        good, bad = (self.baseline_commit or "-")[:10], (self.commit or "-")[:10]
+        lines = [
+            f"alert {self.id}: {self.kernel} {self.matrix} {self.device}, run {self.run_id} "
+            f"({bad}) against run {self.baseline_run or '-'} ({good}): "
+            f"{len(self.regressions)} regressions ({states or 'none'})"
+        ]
+        lines += [f"  where: {e['text']}" for e in self.explanation[:1]]
+        if self.bisect_commit:
+            lines.append(f"  first bad commit: {self.bisect_commit}")
+        if self.confirm_run:
+            lines.append(f"  confirmation rerun: run {self.confirm_run}")
+        lines += ["  " + r.line() for r in self.regressions]
+        return lines
+
+
+def _commit(session: Session, run_id: int | None) -> str | None:
+    return None if run_id is None else session.scalar(select(Run.kernel_commit).where(
+        Run.id == run_id))  # fmt: skip
+
+
+def _plain(session: Session, row: AlertRow, regressions: list[Regression]) -> Alert:
+    return Alert(
+        id=row.id, kernel=row.kernel, matrix=row.matrix, device=row.device, run_id=row.run_id,
+        baseline_run=row.baseline_run, commit=_commit(session, row.run_id),
+        baseline_commit=_commit(session, row.baseline_run),
+        created_at=row.created_at.isoformat(timespec="seconds"),
+        explanation=list(row.explanation or []), confirm_run=row.confirm_run,
+        bisect_commit=row.bisect_commit, bisect_run=row.bisect_run,
+        regressions=sorted(regressions, key=lambda r: (r.case_name, r.kind)),
+    )  # fmt: skip
+
+
+def list_alerts(
+    session: Session,
+    *,
+    states: tuple[str, ...] | list[str] = (),
+    kernel: str | None = None,
+    ids: list[int] | None = None,
+    limit: int = 200,
+) -> list[Alert]:
+    """Alerts, newest first, each with its regressions; ``states``: only alerts holding a
+    regression in one of these states."""
+    query = select(AlertRow).order_by(AlertRow.id.desc()).limit(limit)
+    if kernel is not None:
+        query = query.where(AlertRow.kernel == kernel)
+    if ids is not None:
+        query = query.where(AlertRow.id.in_(ids))
+    rows = list(session.scalars(query))
+    regressions = list_regressions(session, alert_ids=[r.id for r in rows]) if rows else []
+    by_alert: dict[int, list[Regression]] = {}
+    for reg in regressions:
+        by_alert.setdefault(reg.alert_id or 0, []).append(reg)
+    alerts = [_plain(session, row, by_alert.get(row.id, [])) for row in rows]
+    if states:
+        alerts = [a for a in alerts if any(r.state in states for r in a.regressions)]
+    return alerts
+
+
+def get_alert(session: Session, alert_id: int) -> Alert:
+    found = list_alerts(session, ids=[alert_id])
+    if not found:
+        raise UsageError(f"alert {alert_id}: no such alert")
+    return found[0]
+
+
+def _row(session: Session, alert_id: int) -> AlertRow:
+    row = session.get(AlertRow, alert_id)
+    if row is None:
+        raise UsageError(f"alert {alert_id}: no such alert")
+    return row
+
+
+def record_confirmation(session: Session, alert_id: int, rerun_id: int) -> None:
+    """The confirmation rerun that served this alert."""
+    _row(session, alert_id).confirm_run = rerun_id
+
+
+def record_bisection(session: Session, alert_id: int, commit: str, run_id: int | None) -> None:
+    """The first bad commit a bisection found for this alert (and its step's run)."""
+    row = _row(session, alert_id)
+    row.bisect_commit, row.bisect_run = commit, run_id
