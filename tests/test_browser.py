@@ -122,15 +122,14 @@ def test_run_report(open_page, reports):
     for outcome, n in data["run"]["counts"].items():
         if n:
             assert page.inner_text(f'header [data-count="{outcome}"]') == str(n)
-    hot = data["hotspots"][0]
-    assert page.locator("#hotspots li").first.get_attribute("data-key") == " / ".join(hot["key"])
-    assert "tile+1 / channel_last" in page.inner_text("#hotspots")
+    where = data["where"][0]
+    first = page.locator("#hotspots li").first
+    assert first.get_attribute("data-key") == ", ".join(where["values"])
+    assert where["values"][0] in page.inner_text("#hotspots")  # the seeded bug's pair
     # The seeded bug's corner of the length x layout pivot: 0% and O(1) errors, as in the JSON.
-    pivot = next(p for p in data["pivots"] if p["dims"] == ["length class", "layout"])
+    pivot = next(p for p in data["pivots"] if p["dims"] == ["seqlen", "layout"])
     row_data = next(r for r in pivot["rows"] if r["key"] == ["tile+1", "channel_last"])
-    row = page.locator(
-        'table[data-pivot="length class x layout"] tr[data-key="tile+1 / channel_last"]'
-    )
+    row = page.locator('table[data-pivot="seqlen x layout"] tr[data-key="tile+1 / channel_last"]')
     assert row.locator("td.rate-low").inner_text() == fmt_pct(row_data["pass_rate"]) == "0.0%"
     for output, value in row_data["worst_rel"].items():
         cell = row.locator(f'td[data-output="{output}"]')
@@ -147,7 +146,7 @@ def test_run_report(open_page, reports):
     assert XSS in page.inner_text("#expected-errors")
     assert XSS in page.inner_text("#failures")
     # The inline script runs (the CSP allows it by hash): sorting and filtering work.
-    table = 'table[data-pivot="length class"]'
+    table = 'table[data-pivot="seqlen"]'
     page.click(f"{table} thead th:nth-child(2)")
     cases = _values(page, f"{table} tbody td:nth-child(2)")
     assert cases == sorted(cases)

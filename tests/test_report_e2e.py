@@ -44,7 +44,7 @@ def test_run_report_written_by_run_shows_the_bug_in_its_corner(runs_db):
     assert {f["case_id"] for f in data["failures"]} == bug
     assert all(f["rerun"].endswith(f"--case {f['case_id']}") for f in data["failures"])
     assert "--kernel report_kernels:TailBug" in data["failures"][0]["rerun"]
-    pivot = next(p for p in data["pivots"] if p["dims"] == ["length class", "layout"])
+    pivot = next(p for p in data["pivots"] if p["dims"] == ["seqlen", "layout"])
     rates = {tuple(r["key"]): r["pass_rate"] for r in pivot["rows"]}
     assert rates.pop(("tile+1", "channel_last")) == 0.0
     assert set(rates.values()) == {1.0}

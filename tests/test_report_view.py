@@ -17,7 +17,7 @@ import pytest
 from reports_support import GEOMETRY, XSS, synthetic_results, tile_plus_one_channel_last
 
 from convmatrix.core.case import Case
-from convmatrix.core.records import OutputMetrics
+from convmatrix.core.records import BAD_OUTCOMES, OutputMetrics
 from convmatrix.core.verdict import output_severity as severity
 from convmatrix.core.verdict import worst
 from convmatrix.reports.dimensions import length_class, length_order
@@ -73,7 +73,7 @@ def test_length_classes_sort_by_length_and_without_a_tile_fall_back_to_k():
 def test_pivot_singles_out_the_seeded_bug(view, results):
     """Only (tile+1, channel_last) fails, every case of it; the other bad row is the one
     crashed extra case (length 16 of K=5: between K+1 and the tile)."""
-    pivot = next(p for p in view.pivots if p.dims == ["length class", "layout"])
+    pivot = next(p for p in view.pivots if p.dims == ["seqlen", "layout"])
     bad_rows = {tuple(r.key): r for r in pivot.rows if r.n_bad}
     assert set(bad_rows) == {("tile+1", "channel_last"), ("(K+1, tile-1)", "channel_first")}
     assert bad_rows[("(K+1, tile-1)", "channel_first")].n_bad == 1
@@ -85,13 +85,20 @@ def test_pivot_singles_out_the_seeded_bug(view, results):
     assert others and all(r.pass_rate == 1.0 for r in others)
 
 
-def test_hotspots_lead_with_the_seeded_bug(view):
-    first = view.hotspots[0]
-    assert (first.pivot, first.key, first.pass_rate) == (
-        "length class x layout", ["tile+1", "channel_last"], 0.0,
-    )  # fmt: skip
-    rates = [h.pass_rate for h in view.hotspots]
-    assert rates == sorted(rates)
+def test_where_it_fails_names_the_seeded_bug(view, results):
+    # The bug needs both dimensions: the explanation is the pair, exactly its cases.
+    first = view.where[0]
+    assert set(first.dimensions) == {"seqlen", "layout"}
+    named = [dict(zip(first.dimensions, v.split(" / "), strict=True)) for v in first.values]
+    assert {"seqlen": "tile+1", "layout": "channel_last"} in named
+    buggy = [r for r in results if r.case.expect == "ok" and tile_plus_one_channel_last(r.case)]
+    failing = [r for r in results if r.outcome in BAD_OUTCOMES]
+    assert first.failing_in == first.failing == len(failing)
+    # The fixture's extra failures (a crash, an error) fall in groups of their own, each of
+    # which may hold a passing case; the seeded bug's group holds none.
+    assert first.passing_in <= len(failing) - len(buggy)
+    scores = [e.score for e in view.where]
+    assert scores == sorted(scores, reverse=True)
 
 
 def test_pivot_worst_error_is_the_maximum_over_the_group(view, results):

@@ -4,7 +4,8 @@
 A finding gathers a case's changes of one kind (a new failure, an error regression, a timing
 regression) with the detail of each output inside it: its bound usage before and after (and
 e_rel beside it), what was allowed, and the property checks that failed, so a case that breaks
-three outputs is one row, not three.
+three outputs is one row, not three. A case that newly fails is one new failure: the outputs
+whose error grew without failing join it (``passed`` true) rather than raise a second row.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _output_entry(head: OutputMetrics, base: OutputMetrics | None) -> dict[str, Any]:
+def _output_entry(head: OutputMetrics | None, base: OutputMetrics | None) -> dict[str, Any]:
+    assert head is not None
     return {
         "output": head.output,
         "base_usage": _number(base.bound_usage) if base else None,
@@ -54,6 +56,12 @@ def _output_entry(head: OutputMetrics, base: OutputMetrics | None) -> dict[str, 
         "e_rel": _number(head.e_rel),
         "passed": head.passed,
     }
+
+
+def _head_output(result: CaseResult | None, output: str) -> OutputMetrics | None:
+    if result is None:
+        return None
+    return next((m for m in result.outputs if m.output == output), None)
 
 
 def _new_failure(result: CaseResult, base: CaseResult | None) -> Finding:
@@ -78,6 +86,13 @@ def findings(
         finding = _new_failure(result, base.get(change.case_id))
         found[finding.key] = finding
     for e in compared.error_regressions:
+        failure = found.get((e.case_id, "new_failure"))
+        if failure is not None:  # the case newly fails: its failure row holds its outputs
+            if e.output not in {o["output"] for o in failure.outputs}:
+                failure.outputs.append(_output_entry(
+                    _head_output(head[e.case_id], e.output), _head_output(
+                        base.get(e.case_id), e.output)))  # fmt: skip
+            continue
         key = (e.case_id, "error_regression")
         finding = found.setdefault(key, Finding(e.case_id, e.name, key[1], ""))
         finding.outputs.append({

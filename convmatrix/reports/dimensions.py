@@ -105,7 +105,7 @@ DIMENSIONS: dict[str, Label] = {
     "K": lambda c, g: f"K={c.width}",
     "dtype": lambda c, g: dtype_label(c),
     "layout": lambda c, g: layout_label(c),
-    "length class": length_class,
+    "seqlen": length_class,
     "channels": lambda c, g: f"C={c.dim}",
     "batch": lambda c, g: f"B={c.batch}",
     "activation": lambda c, g: c.activation or "none",
@@ -116,16 +116,16 @@ DIMENSIONS: dict[str, Label] = {
 }
 
 # Dimensions whose labels do not sort well as text: label -> sort key.
-ORDER: dict[str, Callable[[str], Any]] = {"length class": length_order}
+ORDER: dict[str, Callable[[str], Any]] = {"seqlen": length_order}
 
 # The pivots a run report shows: one or two dimensions each. Two-dimensional pivots catch
 # interactions (a tile-boundary bug that only shows with one layout).
 PIVOTS: tuple[tuple[str, ...], ...] = (
     ("K", "dtype"),
-    ("length class", "layout"),
+    ("seqlen", "layout"),
     ("op",),
     ("layout",),
-    ("length class",),
+    ("seqlen",),
     ("state",),
     ("packed",),
     ("activation", "bias"),

@@ -45,7 +45,7 @@ class Explanation:
     score: float  # failing_in / (failing + passing_in)
 
     def text(self) -> str:
-        """``length class in {tile+1, 2*tile+1}: 15 of 15 failing cases, 0 of 40 passing``."""
+        """``seqlen in {tile+1, 2*tile+1}: 15 of 15 failing cases, 0 of 40 passing``."""
         name = " × ".join(self.dimensions)
         shown = ", ".join(self.values)
         return (

@@ -1,7 +1,7 @@
 """Pass rate and worst error per output, grouped by one or two matrix dimensions.
 
 A pivot turns thousands of cases into a handful of rows where a pattern stands out: every row
-of ``length class x layout`` passes except ``tile+1 / channel_last``. Only cases judged
+of ``seqlen x layout`` passes except ``tile+1 / channel_last``. Only cases judged
 numerically count (expected-error cases are reported apart, docs/spec.md §3); skipped cases are
 counted but excluded from the pass rate, since they say nothing about the kernel's numbers.
 """

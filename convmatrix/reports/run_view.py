@@ -16,6 +16,7 @@ from typing import Any
 from convmatrix.core.case import Case
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
 from convmatrix.core.verdict import case_severity, judged_dtype, output_severity
+from convmatrix.reports.explain import Explanation, explain
 from convmatrix.reports.pivots import Pivot, build_pivots
 from convmatrix.reports.timing_view import PerformanceSection, build_performance_section
 from convmatrix.reports.viewmodel import RunHeader
@@ -23,7 +24,6 @@ from convmatrix.reports.viewmodel import RunHeader
 __all__ = [
     "CaseLine",
     "ExpectedErrorLine",
-    "Hotspot",
     "OutputLine",
     "RunView",
     "TimingLine",
@@ -96,17 +96,6 @@ class TimingLine:
 
 
 @dataclass
-class Hotspot:
-    """A group of cases that fails more than the rest: where to look first."""
-
-    pivot: str
-    key: list[str]
-    n_bad: int
-    judged: int
-    pass_rate: float
-
-
-@dataclass
 class RunView:
     kind: str
     run: RunHeader
@@ -116,7 +105,7 @@ class RunView:
     timings: list[TimingLine]
     skipped: dict[str, int] = field(default_factory=dict)  # skip reason -> cases
     rerun_all_failed: str | None = None
-    hotspots: list[Hotspot] = field(default_factory=list)
+    where: list[Explanation] = field(default_factory=list)  # why the failing cases fail
     performance: PerformanceSection | None = None  # scopes side by side, rates, sweeps
 
 
@@ -204,19 +193,6 @@ def _timing_lines(results: Sequence[CaseResult]) -> list[TimingLine]:
     return lines
 
 
-def hotspots(pivots: Sequence[Pivot], limit: int = 6) -> list[Hotspot]:
-    """The groups with the lowest pass rate over every pivot; on ties the more specific
-    (two-dimensional) group first: "tile+1 / channel_last: 0 of 24" before "channel_last"."""
-    spots = [
-        Hotspot(p.name, r.key, r.n_bad, r.n_passed + r.n_bad, r.pass_rate)
-        for p in pivots
-        for r in p.rows
-        if r.n_bad and r.pass_rate is not None
-    ]
-    spots.sort(key=lambda h: (h.pass_rate, -len(h.key), -h.n_bad))
-    return spots[:limit]
-
-
 def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
     """The whole run report from one run's results; ``run`` as built by ``run_header``."""
     failing = [r for r in results if r.outcome in BAD_OUTCOMES]
@@ -246,6 +222,10 @@ def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
         timings=_timing_lines(results),
         skipped=dict(skipped.most_common()),
         rerun_all_failed=rerun_command(run, [f.case_id for f in failures]) if failures else None,
-        hotspots=hotspots(pivots),
+        where=explain(
+            [r.case for r in results if r.outcome == "passed" or r.outcome in BAD_OUTCOMES],
+            [r.case.id for r in failing],
+            run.geometry,
+        ),
         performance=build_performance_section(results, run.geometry),
     )
