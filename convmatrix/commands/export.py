@@ -22,7 +22,7 @@ def export_command(args: argparse.Namespace) -> int:
         raise UsageError("give the runs to export (RUN ...) or --all")
     with Database(args.db, existing=True) as database, database.reading() as session:
         if args.all:
-            runs = list(reversed(list_runs(session, limit=1_000_000)))  # oldest first
+            runs = list(reversed(list_runs(session, limit=1_000_000, kinds=None)))  # oldest first
         else:
             runs = [resolve_run(session, spec) for spec in args.runs]
         out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout

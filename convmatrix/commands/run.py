@@ -26,11 +26,19 @@ def run_command(args: argparse.Namespace) -> int:
     if end.report is not None:
         print(f"report: {end.report}")
     scan = end.scan
-    if scan is not None:
+    if scan is not None and scan.skipped:
+        print(f"regressions: not scanned ({scan.skipped})")
+    elif scan is not None:
+        alert = f", alert {scan.alert_id}" if scan.alert_id else ""
         print(
-            f"regressions: {len(scan.new)} new, {len(scan.kept)} already known, "
-            f"{len(scan.fixed)} fixed (against run {scan.baseline_id or '-'})"
+            f"regressions: {len(scan.new)} new, {len(scan.reopened)} reopened, "
+            f"{len(scan.kept)} already known, {len(scan.fixed)} fixed "
+            f"(against run {scan.baseline_id or '-'}{alert})"
         )
+        for text in scan.explanation[:1]:
+            print(f"  where: {text}")
+        for reg in scan.alerting:
+            print("  " + reg.line())
     if end.confirmation is not None:
         print("\n".join(end.confirmation.lines()))
     if end.junit is not None:

@@ -20,7 +20,6 @@ from convmatrix.runners.controller import Setup
 from convmatrix.runners.executors import Executor, make_executor
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.store import MemoryStore, RunStore
-from convmatrix.service.alerts import get_alert
 from convmatrix.service.ci import JobSummary, job_summary_markdown, write_junit
 from convmatrix.service.confirm import Confirmation
 from convmatrix.service.regressions import Regression
@@ -136,16 +135,12 @@ def ci_outputs(state: RunState) -> None:
         end.junit = write_junit(options.junit, header.title, results)
     if options.summary is not None:
         scan = end.scan
-        explanation = []
-        if scan is not None and scan.alert_id is not None:
-            with state.database.reading() as session:
-                explanation = [e["text"] for e in get_alert(session, scan.alert_id).explanation]
         summary = JobSummary(
             state.run_id, header.title, header.counts, results, recorded=scan is not None,
             baseline_id=scan.baseline_id if scan else None,
             alert_id=scan.alert_id if scan else None, raised=end.new_regressions,
             known=len(scan.kept) if scan else 0, fixed=len(scan.fixed) if scan else 0,
-            explanation=explanation,
+            explanation=scan.explanation if scan else [],
         )  # fmt: skip
         text = job_summary_markdown(summary, base_url=options.base_url)
         options.summary.parent.mkdir(parents=True, exist_ok=True)

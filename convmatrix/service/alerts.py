@@ -103,7 +103,8 @@ def list_alerts(
     by_alert: dict[int, list[Regression]] = {}
     for reg in regressions:
         by_alert.setdefault(reg.alert_id or 0, []).append(reg)
-    alerts = [_plain(session, row, by_alert.get(row.id, [])) for row in rows]
+    # An alert whose regressions all moved on (reopened under a later alert) has nothing left.
+    alerts = [_plain(session, row, by_alert[row.id]) for row in rows if row.id in by_alert]
     if states:
         alerts = [a for a in alerts if any(r.state in states for r in a.regressions)]
     return alerts

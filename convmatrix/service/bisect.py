@@ -18,9 +18,25 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from convmatrix.core.errors import UsageError
+from sqlalchemy import select
 
-__all__ = ["BisectRequest", "BisectResult", "BisectStep", "bisect", "step_script"]
+from convmatrix.core.errors import UsageError
+from convmatrix.db.database import Database
+from convmatrix.db.models import Run
+from convmatrix.db.queries import resolve_run
+from convmatrix.reports.viewmodel import run_header
+from convmatrix.service.alerts import record_bisection
+from convmatrix.service.regressions import list_regressions
+
+__all__ = [
+    "BisectRequest",
+    "BisectResult",
+    "BisectStep",
+    "bisect",
+    "plan_bisection",
+    "record_result",
+    "step_script",
+]
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
 _STEP = re.compile(r"^convmatrix-bisect: ([0-9a-f]{40}) (\w+) (\d+)$", re.MULTILINE)
@@ -110,3 +126,64 @@ def bisect(request: BisectRequest) -> BisectResult:
     steps = [BisectStep(sha, stage, int(rc)) for sha, stage, rc in _STEP.findall(log)]
     found = _FIRST_BAD.search(log)
     return BisectResult(first_bad=found.group(1) if found else None, steps=steps, log=log)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What ``convmatrix bisect`` was given: a regression, or a run, or the parts by hand."""
+
+    repo: Path
+    good: str | None = None
+    bad: str | None = None
+    case_id: str | None = None
+    run: str | None = None
+    kernel: str | None = None
+    matrix: str | None = None
+    regression: int | None = None
+    build: str | None = None
+    device: str = "auto"
+
+
+def plan_bisection(database: Database, asked: Asked) -> tuple[BisectRequest, int | None]:
+    """The bisection ``asked`` names, and the alert its result belongs to: a regression gives
+    its last good and first bad commits, its case, and the kernel and matrix of its first bad
+    run; explicit values win; ``run`` gives kernel and matrix."""
+    good, bad, case_id, run, alert_id = asked.good, asked.bad, asked.case_id, asked.run, None
+    with database.reading() as session:
+        if asked.regression is not None:
+            found = list_regressions(session, ids=[asked.regression])
+            if not found:
+                raise UsageError(f"--regression {asked.regression}: no such regression")
+            reg = found[0]
+            good, bad = good or reg.last_good_commit, bad or reg.first_bad_commit
+            case_id, alert_id = case_id or reg.case_id, reg.alert_id
+            run = run or (str(reg.first_bad_run) if reg.first_bad_run else None)
+        kernel, matrix = asked.kernel, asked.matrix
+        if run is not None:
+            header = run_header(resolve_run(session, run), database.url)
+            kernel = kernel or header.kernel_spec or header.kernel
+            matrix = matrix or header.matrix_source or header.matrix
+    missing = [n for n, v in (("--good", good), ("--bad", bad), ("--case", case_id)) if not v]
+    if missing:
+        raise UsageError(f"give {', '.join(missing)} (or --regression N to take them from one)")
+    if not kernel or not matrix:
+        raise UsageError("give --kernel and --matrix, or --run RUN to take them from a run")
+    if Path(matrix).is_file():  # each step runs inside the repository
+        matrix = str(Path(matrix).resolve())
+    request = BisectRequest(
+        repo=asked.repo, good=str(good), bad=str(bad), case_id=str(case_id), matrix=str(matrix),
+        kernel=kernel, db=database.url, build=asked.build, device=asked.device,
+    )  # fmt: skip
+    return request, alert_id
+
+
+def record_result(database: Database, alert_id: int, result: BisectResult) -> None:
+    """Attach the first bad commit (and its step's run) to the alert the bisection served."""
+    if result.first_bad is None:
+        return
+    with database.writing() as session:
+        step = session.scalar(
+            select(Run.id).where(Run.kind == "bisect", Run.kernel_commit == result.first_bad)
+            .order_by(Run.id.desc()).limit(1)
+        )  # fmt: skip
+        record_bisection(session, alert_id, result.first_bad, step)

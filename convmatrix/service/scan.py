@@ -54,6 +54,7 @@ class ScanResult:
     kept: list[Regression] = field(default_factory=list)  # known, and still there in this run
     fixed: list[Regression] = field(default_factory=list)  # closed by this run
     skipped: str | None = None  # why nothing was scanned (a side run, an older run)
+    explanation: list[str] = field(default_factory=list)  # why the alert's cases fail
     compared: RunComparison | None = None  # the run against its baseline
 
     @property
@@ -280,6 +281,7 @@ def scan_run(
         failing = {r.case_id for r in scan.alerting}
         work.alert.explanation = _explanation(results, failing, run)
         scan.alert_id = work.alert.id
+        scan.explanation = [e["text"] for e in work.alert.explanation]
         session.flush()
     return scan
 
