@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
-from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES
+from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, RUN_KINDS
 from convmatrix.db.engine import redact_url
 from convmatrix.db.models import CaseRow, MetricRow, Run
 from convmatrix.db.queries import load_results, resolve_run
@@ -40,7 +40,7 @@ __all__ = [
     "runs_page",
 ]
 
-RUN_FILTERS = ("kernel", "label", "device", "matrix", "since", "until")
+RUN_FILTERS = ("kernel", "label", "device", "matrix", "kind", "since", "until")
 
 
 @dataclass
@@ -111,8 +111,9 @@ def _iso(moment: Any) -> str:
 
 
 def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 200) -> RunsView:
-    """The newest runs, filtered by kernel, label, device kind, matrix and a date range
-    (``since``/``until``: ISO dates or ``30d``)."""
+    """The newest runs, filtered by kernel, label, device kind, matrix, kind and a date range
+    (``since``/``until``: ISO dates or ``30d``). Plain runs only unless ``kind`` says
+    otherwise (``confirm``, ``bisect``, ``adequacy``, or ``all``)."""
     unknown = [k for k in filters if k not in RUN_FILTERS]
     if unknown:
         raise UsageError(f"filter {unknown[0]!r}: choose from {', '.join(RUN_FILTERS)}")
@@ -122,6 +123,11 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
     for name, column in columns.items():
         if filters.get(name):
             query = query.where(column == filters[name])
+    kind = filters.get("kind") or "run"
+    if kind not in (*RUN_KINDS, "all"):
+        raise UsageError(f"kind {kind!r}: choose from {', '.join(RUN_KINDS)}, all")
+    if kind != "all":
+        query = query.where(Run.kind == kind)
     if filters.get("since"):
         query = query.where(Run.started_at >= parse_since(filters["since"]))
     if filters.get("until"):
@@ -144,6 +150,7 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
         name: sorted(v for v in session.scalars(select(column).distinct()) if v)
         for name, column in columns.items()
     }
+    choices["kind"] = [k for k in RUN_KINDS if k != "run"] + ["all"]  # none chosen: plain runs
     return RunsView(kind="runs", database=redact_url(url), runs=rows, choices=choices,
                     filters={k: v for k, v in filters.items() if v})  # fmt: skip
 
