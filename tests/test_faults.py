@@ -157,12 +157,15 @@ def test_sigkill_of_the_controller_leaves_no_worker_and_keeps_the_results(
     )
     try:
         assert _wait_for(lambda: _stored(url) >= 1), "no result was committed"
+        # The workers, taken at once: on a loaded machine the resume below may take long
+        # enough for a fast run to end (CI once found none left to look at).
+        workers = descendants(controller.pid)
+        assert workers
         # the run is alive: resuming it now would run every case twice
         refused = run(convmatrix_cmd("run", "--resume", "latest", "--db", url), tmp_path)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert "is still running" in refused.stderr
-        workers = descendants(controller.pid)
-        assert workers
+        assert controller.poll() is None, "the run ended before its controller was killed"
         received = _stored(url)
         controller.send_signal(signal.SIGKILL)
         controller.wait()

@@ -90,14 +90,15 @@ class KillsItsWorker(TorchKernel):
 
 
 class SlowPasses(TorchKernel):
-    """The torch path, two seconds per call: a run long enough to kill its controller."""
+    """The torch path, four seconds per call: a run long enough to kill its controller, even
+    on a loaded machine (12 cases of several calls each on two workers: over a minute)."""
 
     name = "slow_passes"
 
     def forward(self, x, weight, bias=None, **kwargs):
         import time
 
-        time.sleep(2.0)
+        time.sleep(4.0)
         return super().forward(x, weight, bias, **kwargs)
 
 
