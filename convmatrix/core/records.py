@@ -114,6 +114,7 @@ class CaseResult:
     device_index: int | None = None
     retries: int = 0  # resubmissions: a lost actor or node, a crash confirmed elsewhere
     retry_reason: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (runners.phases)
 
     def sanitised(self) -> CaseResult:
         """This result with its message and property details made safe to send and store
@@ -147,6 +148,7 @@ class CaseResult:
             device_index=data.get("device_index"),
             retries=data.get("retries", 0),
             retry_reason=data.get("retry_reason"),
+            phases=dict(data.get("phases") or {}),
         )
 
 

@@ -209,6 +209,7 @@ class CaseRow(Base):
     # Resubmissions after a lost actor or node, or a crash confirmed on another device.
     retries: Mapped[int] = mapped_column(default=0, server_default="0")
     retry_reason: Mapped[long_text | None]
+    phases: Mapped[json_data | None]  # seconds per phase (runners.phases)
 
 
 class MetricRow(Base):

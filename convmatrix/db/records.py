@@ -75,6 +75,7 @@ def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
         device_index=result.device_index,
         retries=int(result.retries),
         retry_reason=result.retry_reason,
+        phases=result.phases or None,
     )
     return row
 
@@ -145,4 +146,5 @@ def result_from_rows(
         device_index=case.device_index,
         retries=case.retries or 0,
         retry_reason=case.retry_reason,
+        phases=dict(getattr(case, "phases", None) or {}),
     )

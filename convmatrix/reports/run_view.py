@@ -106,6 +106,7 @@ class RunView:
     skipped: dict[str, int] = field(default_factory=dict)  # skip reason -> cases
     rerun_all_failed: str | None = None
     where: list[Explanation] = field(default_factory=list)  # why the failing cases fail
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
     performance: PerformanceSection | None = None  # scopes side by side, rates, sweeps
 
 
@@ -228,4 +229,15 @@ def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
             run.geometry,
         ),
         performance=build_performance_section(results, run.geometry),
+        phases=summed_phases(results),
     )
+
+
+def summed_phases(results: Sequence[CaseResult]) -> dict[str, float]:
+    """Seconds per phase over every case (``runners.phases``): whether the run was bound by
+    the device or by the host judging it."""
+    total: dict[str, float] = {}
+    for r in results:
+        for name, seconds in r.phases.items():
+            total[name] = total.get(name, 0.0) + seconds
+    return {name: round(seconds, 3) for name, seconds in total.items()}

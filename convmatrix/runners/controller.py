@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from collections import Counter
 from dataclasses import astuple, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,11 +30,14 @@ from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
 from convmatrix.kernels.interface.registry import KernelSpecError, load
 from convmatrix.runners.account import RunAccount, worst_failures
 from convmatrix.runners.execute import Context
-from convmatrix.runners.options import RunOptions
+from convmatrix.runners.options import RunOptions, parse_size
 from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity
+from convmatrix.runners.refcache import ReferenceCache
 from convmatrix.runners.store import RunStore, Shard
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
+
+CACHE_ENV = "CONVMATRIX_REFERENCE_CACHE"
 
 __all__ = ["Controller", "Prepared", "Setup", "load_kernel", "prepare", "run_meta"]
 
@@ -64,6 +69,9 @@ class Prepared:
     rule: str | None = None  # --policy RULE overrides the rule of the matrix's policy
     shard: Shard | None = None  # only the cases this shard owns
     device_index: int | None = None  # the physical device this process is bound to
+    reference_device: str = "auto"  # --reference-device: auto | host | device
+    reference_cache: str | None = None  # the cache directory (None: off)
+    reference_cache_size: int = 0
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
 
@@ -84,6 +92,9 @@ class Prepared:
         policy = workload.policy
         if self.rule is not None:
             policy = replace(policy, rule=self.rule)
+        cache = None
+        if self.reference_cache:
+            cache = ReferenceCache(Path(self.reference_cache), self.reference_cache_size)
         return Context(
             self.kernel,
             workload.tolerances,
@@ -91,6 +102,8 @@ class Prepared:
             self.device,
             timing=workload.timing,
             memory_budget_mb=workload.memory_budget_mb,
+            reference_device=reference_device(self.reference_device, self.device),
+            reference_cache=cache,
         )
 
     def handover(self) -> dict[str, Any]:
@@ -106,6 +119,9 @@ class Prepared:
             "timeout_s": self.timeout_s,
             "shard": astuple(self.shard) if self.shard else None,
             "rule": self.rule,
+            "reference_device": self.reference_device,
+            "reference_cache": self.reference_cache,
+            "reference_cache_size": self.reference_cache_size,
         }
 
     @classmethod
@@ -126,6 +142,9 @@ class Prepared:
             shard=Shard(*info["shard"]) if info.get("shard") else None,
             device_index=device_index,
             rule=info.get("rule"),
+            reference_device=info.get("reference_device", "auto"),
+            reference_cache=info.get("reference_cache"),
+            reference_cache_size=int(info.get("reference_cache_size") or 0),
         )
         for source in prepared.sources:
             prepared.workload(source)
@@ -140,6 +159,30 @@ class Prepared:
         if self.shard is not None:
             known = [c for c in known if self.shard.owns(c.id)]
         return {c.id for c in select_cases(known, self.wanted, self.done)}
+
+
+def reference_device(spec: str, device: torch.device) -> torch.device | None:
+    """Where the float64 reference runs (None: the host, the CPU). ``auto``: the case's
+    device when it computes in float64 (CUDA does; MLUs have no float64), else the host."""
+    if spec == "host" or device.type == "cpu":
+        return None
+    if device.type == "mlu":
+        if spec == "device":
+            raise UsageError("--reference-device device: an MLU has no float64; use host")
+        return None
+    return device
+
+
+def cache_directory(spec: str | None) -> str | None:
+    """The reference cache's directory: ``spec``, else ``$CONVMATRIX_REFERENCE_CACHE``, else
+    ``$XDG_CACHE_HOME`` (``~/.cache``) ``/convmatrix/reference``; None for ``off``."""
+    spec = spec or os.environ.get(CACHE_ENV) or None
+    if spec is None:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        spec = str(Path(base) / "convmatrix" / "reference")
+    if spec.strip().lower() == "off":
+        return None
+    return str(Path(spec).expanduser().resolve())
 
 
 def _device(spec: str, spread: bool) -> tuple[torch.device, int]:
@@ -185,6 +228,9 @@ def prepare(request: RunOptions, store: RunStore) -> Prepared:
         resume=resume.id if resume else None,
         rule=request.rule,
         shard=request.sharding,
+        reference_device=request.reference_device,
+        reference_cache=cache_directory(request.reference_cache),
+        reference_cache_size=parse_size(request.reference_cache_size),
     )
     for source in [*sources, *request.files]:
         prepared.workload(source)
@@ -252,6 +298,8 @@ def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
             "case_timeout_s": prepared.timeout_s,
             "cases": prepared.wanted,
             "policy": prepared.rule,  # the rule --policy chose (None: the matrix's)
+            "reference_device": prepared.reference_device,
+            "reference_cache": prepared.reference_cache is not None,
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,

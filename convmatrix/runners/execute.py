@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +37,10 @@ from convmatrix.runners.invoke import (
 )
 from convmatrix.runners.memory import PeakMemory
 from convmatrix.runners.metrics import ErrorSums, abs_diff
+from convmatrix.runners.phases import Phases
 from convmatrix.runners.processes import CaseProcesses
 from convmatrix.runners.properties import check_guards, run_properties
+from convmatrix.runners.refcache import ReferenceCache
 
 __all__ = ["CaseMemo", "Context", "build_inputs", "run_case", "run_guarded", "skip_reason"]
 
@@ -78,6 +81,8 @@ class Context:
     timing: TimingSettings = field(default_factory=TimingSettings)  # for ``case.timed`` cases
     memory_budget_mb: float = 8192.0  # peak memory a case may add (the matrix's key)
     memo: CaseMemo | None = None  # shared by the contexts of several kernels (CaseMemo)
+    reference_device: torch.device | None = None  # where the reference runs (None: the host)
+    reference_cache: ReferenceCache | None = None  # references computed before (None: off)
 
 
 def skip_reason(kernel: Any, case: Case) -> str | None:
@@ -153,17 +158,40 @@ def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
     return fw
 
 
+def _timed(items: Iterator[Any], phases: Phases, name: str) -> Iterator[Any]:
+    """``items``, the time spent producing each one added to phase ``name``."""
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(items)
+        except StopIteration:
+            phases.add(name, time.perf_counter() - start)
+            return
+        phases.add(name, time.perf_counter() - start)
+        yield item
+
+
 def _metrics(
-    case: Case, ctx: Context, inputs: ForwardInputs | UpdateInputs, got: dict, fw: dict | None
+    case: Case,
+    ctx: Context,
+    inputs: ForwardInputs | UpdateInputs,
+    got: dict,
+    fw: dict | None,
+    phases: Phases,
 ) -> list:
     """Every output judged against the reference, computed and compared channel block by
-    channel block (``channel_blocks``); the errors add up over the blocks."""
+    channel block (``channel_blocks``); the errors add up over the blocks. Time spent on the
+    reference goes to phase ``reference``, the rest to ``metrics``."""
+    start, before = time.perf_counter(), phases.seconds.get("reference", 0.0)
     exact = getattr(ctx.kernel, "exact_state", True)
     blocks = channel_blocks(case, inputs)
     sums: dict[str, ErrorSums] = {}
     fw_sums: dict[str, ErrorSums] = {}
     usage: dict[str, float] = {}
-    for block, (ref, mags) in reference_blocks(case, inputs, blocks):
+    reference = reference_blocks(
+        case, inputs, blocks, device=ctx.reference_device, cache=ctx.reference_cache
+    )
+    for block, (ref, mags) in _timed(reference, phases, "reference"):
         for name, r in ref.items():
             dim = _CHANNEL_DIM[name]
             if name not in sums:
@@ -191,6 +219,8 @@ def _metrics(
         judged.append(
             judge_output(name, m, fm, tol, ctx.policy, exact=is_exact, bound_usage=usage.get(name))
         )
+    referenced = phases.seconds.get("reference", 0.0) - before
+    phases.add("metrics", time.perf_counter() - start - referenced)
     return judged
 
 
@@ -222,24 +252,31 @@ def _time(case: Case, ctx: Context, result: CaseResult) -> None:
         result.message = f"timing raised {type(exc).__name__}: {exc}"
 
 
-def _execute(case: Case, ctx: Context, result: CaseResult) -> None:
+def _execute(case: Case, ctx: Context, result: CaseResult, phases: Phases) -> None:
     reason = skip_reason(ctx.kernel, case)
     if reason:
         result.outcome, result.message = "skipped", reason
     elif case.expect == "error":
-        result.outcome, result.message = _expect_error(case, ctx)
+        with phases("kernel"):
+            result.outcome, result.message = _expect_error(case, ctx)
     else:
-        inputs = build_inputs(case, ctx.device, ctx.kernel.capabilities)
+        with phases("inputs"):
+            inputs = build_inputs(case, ctx.device, ctx.kernel.capabilities)
         try:
-            got = kernel_outputs(ctx.kernel, case, inputs)
-            check_outputs(got, inputs)
-            result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
-            fw = _framework_outputs(case, ctx, got)
-            result.outputs = _metrics(case, ctx, inputs, got, fw)
-            result.properties += run_properties(ctx.kernel, case, ctx.policy, ctx.device)
+            with phases("kernel"):
+                got = kernel_outputs(ctx.kernel, case, inputs)
+                check_outputs(got, inputs)
+            with phases("properties"):
+                result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
+            with phases("framework"):
+                fw = _framework_outputs(case, ctx, got)
+            result.outputs = _metrics(case, ctx, inputs, got, fw, phases)
+            with phases("properties"):
+                result.properties += run_properties(ctx.kernel, case, ctx.policy, ctx.device)
             result.outcome = outcome_of(result)
             if case.timed and result.outcome == "passed":
-                _time(case, ctx, result)
+                with phases("timing"):
+                    _time(case, ctx, result)
         except KernelFault as exc:
             result.outcome, result.message = "failed", str(exc)
             if not result.properties:
@@ -265,9 +302,10 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
     """
     start = time.perf_counter()
     result = CaseResult(case=case, outcome="passed")
+    phases = Phases()
     with CaseProcesses() as procs, PeakMemory(ctx.device) as memory:
         try:
-            _execute(case, ctx, result)
+            _execute(case, ctx, result, phases)
         except Exception:
             raise  # a harness bug: the caller records it as an error
         except BaseException as exc:
@@ -280,6 +318,7 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
         note = f"ended {len(procs.ended)} process(es) the case left running"
         result.message = note if not result.message else f"{result.message}; {note}"
     result.duration_s = time.perf_counter() - start
+    result.phases = phases.close(result.duration_s)
     return result.sanitised()
 
 

@@ -12,6 +12,8 @@ dx, dw, db (when bias), dS (when an initial state is given) for ``fwd_bwd``; for
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -26,6 +28,7 @@ from convmatrix.kernels.oracle.reference import (
 )
 from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows, write_decode_state
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
+from convmatrix.runners.refcache import ReferenceCache, cache_key
 
 __all__ = [
     "KernelFault",
@@ -219,7 +222,7 @@ def _reference_forward(
         channels_of(fi.weight.values, block, 0),
         None if fi.bias is None else channels_of(fi.bias.values, block, 0),
         None if fi.initial_state is None else channels_of(fi.initial_state.values, block),
-        None if fi.seq_idx is None else fi.seq_idx.cpu(),
+        None if fi.seq_idx is None else fi.seq_idx.to(fi.x.values.device),
         case.activation,
         magnitudes=magnitudes,
     )
@@ -329,10 +332,70 @@ def channel_blocks(case: Case, inputs: ForwardInputs | UpdateInputs) -> list[sli
     return [slice(c, min(c + per, dim)) for c in range(0, dim, per)]
 
 
-def reference_blocks(case: Case, inputs: ForwardInputs | UpdateInputs, blocks: list[slice | None]):
-    """(block, reference of the block) for each channel block, computed one at a time."""
+def _on(device: torch.device, inputs: ForwardInputs) -> ForwardInputs:
+    """The inputs with the values the reference reads on ``device`` (float64 there)."""
+    if device.type == "cpu":
+        return inputs
+
+    def moved(g: Any) -> Any:
+        return None if g is None else replace(g, values=g.values.to(device))
+
+    return replace(
+        inputs, x=moved(inputs.x), weight=moved(inputs.weight), bias=moved(inputs.bias),
+        initial_state=moved(inputs.initial_state),
+        seq_idx=None if inputs.seq_idx is None else inputs.seq_idx.to(device),
+        g=None if inputs.g is None else inputs.g.to(device),
+        q=None if inputs.q is None else inputs.q.to(device),
+    )  # fmt: skip
+
+
+def _compute_blocks(
+    case: Case, inputs: ForwardInputs | UpdateInputs, blocks: list[slice | None], device: Any
+) -> Iterator[tuple[slice | None, Reference]]:
+    if isinstance(inputs, UpdateInputs) or device is None:
+        on = inputs  # updates are small, and replay their slots on the host
+    else:
+        on = _on(device, inputs)
     for block in blocks:
         if block is None:
-            yield block, reference_bounded(case, inputs)
+            yield block, reference_bounded(case, on)
         else:
-            yield block, _reference_forward(case, inputs, True, block)  # type: ignore[arg-type]
+            yield block, _reference_forward(case, on, True, block)  # type: ignore[arg-type]
+
+
+def reference_blocks(
+    case: Case,
+    inputs: ForwardInputs | UpdateInputs,
+    blocks: list[slice | None],
+    *,
+    device: torch.device | None = None,
+    cache: ReferenceCache | None = None,
+) -> Iterator[tuple[slice | None, Reference]]:
+    """(block, reference of the block) for each channel block, computed one at a time on
+    ``device`` (None: the host), or read from ``cache`` (then stored there once computed).
+    Update cases are neither moved nor cached: small, and their reference replays slots."""
+    if cache is None or isinstance(inputs, UpdateInputs):
+        yield from _compute_blocks(case, inputs, blocks, device)
+        return
+    spans = [None if b is None else (b.start, b.stop) for b in blocks]
+    key = cache_key(case, inputs, spans)
+    hit = cache.get(key)
+    if hit is not None:
+        for span, refs, mags in hit:
+            if device is not None and device.type != "cpu":
+                refs = {k: v.to(device) for k, v in refs.items()}
+                mags = {k: _moved_mags(m, device) for k, m in mags.items()}
+            yield (None if span is None else slice(*span)), (refs, mags)
+        return
+    computed = []
+    for block, (refs, mags) in _compute_blocks(case, inputs, blocks, device):
+        computed.append((None if block is None else (block.start, block.stop), refs, mags))
+        yield block, (refs, mags)
+    cache.put(key, computed)
+
+
+def _moved_mags(m: Magnitudes, device: torch.device) -> Magnitudes:
+    def on(t: Any) -> Any:
+        return t.to(device) if isinstance(t, torch.Tensor) else t
+
+    return Magnitudes(on(m.mag), m.n, on(m.elem), on(m.zsens), m.n_z)

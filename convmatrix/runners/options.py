@@ -29,6 +29,7 @@ __all__ = [
     "DEVICES",
     "EXECUTOR_NAMES",
     "FAIL_ON",
+    "REFERENCE_DEVICES",
     "RunOptions",
     "add_cli_options",
     "add_pytest_options",
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 DEVICES = ("auto", "cpu", "cuda", "mlu")
+REFERENCE_DEVICES = ("auto", "host", "device")
 EXECUTOR_NAMES = ("xdist", "ray")  # runners.executors.EXECUTORS, without importing them
 FAIL_ON = ("new-regressions",)
 _PYTEST_PREFIX = "convmatrix_"  # pytest dests live in one namespace with other plugins'
@@ -109,6 +111,20 @@ class RunOptions:
     case_timeout: float | None = _option(
         "--case-timeout", type=float, metavar="S", help="seconds per case (default: matrix's)"
     )
+    reference_device: str = _option(
+        "--reference-device", default="auto", choices=REFERENCE_DEVICES, pytest=True,
+        help="where the float64 reference runs: auto (the case's device when it has float64, "
+        "CUDA does; else the host), host, or device",
+    )  # fmt: skip
+    reference_cache: str | None = _option(
+        "--reference-cache", metavar="DIR|off",
+        help="reuse references computed before, from this directory (default: "
+        "$CONVMATRIX_REFERENCE_CACHE, else ~/.cache/convmatrix/reference); off: always compute",
+    )  # fmt: skip
+    reference_cache_size: str = _option(
+        "--reference-cache-size", default="8G", metavar="SIZE",
+        help="the reference cache's limit, least recently used entries evicted (e.g. 500M, 8G)",
+    )  # fmt: skip
     rule: str | None = _option(
         "--policy", choices=tuple(RULES), metavar="RULE",
         help=f"the rule of the verdict policy, overriding the matrix's: {', '.join(RULES)} "
@@ -215,6 +231,7 @@ class RunOptions:
                      ("--fail-on", fail_on)) if v]  # fmt: skip
             if needs:
                 raise UsageError(f"{', '.join(needs)} read the database; drop --no-db")
+        parse_size(self.reference_cache_size)  # a typo is a usage error here, not in a worker
         return replace(
             self,
             workers=worker_count(self.workers, self.device),
@@ -235,6 +252,20 @@ def _check_choices(options: RunOptions) -> None:
         raise UsageError(f"--kind {options.kind!r}: one of {', '.join(RUN_KINDS)}")
     if options.executor not in EXECUTOR_NAMES:
         raise UsageError(f"--executor {options.executor!r}: one of {', '.join(EXECUTOR_NAMES)}")
+
+
+def parse_size(text: str, what: str = "--reference-cache-size") -> int:
+    """``500M``, ``8G``, ``1024`` (bytes) → bytes."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    body = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = (body[:-1], body[-1]) if body[-1:] in units and body[-1:] else (body, "")
+    try:
+        size = float(number) * units[unit]
+    except (ValueError, KeyError):
+        raise UsageError(f"{what} {text!r}: give bytes or K, M, G, T (e.g. 8G)") from None
+    if not math.isfinite(size) or size < 0:
+        raise UsageError(f"{what} {text!r}: a size of 0 or more")
+    return int(size)
 
 
 def worker_count(spec: str | int, device: str) -> int:
