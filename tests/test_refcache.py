@@ -139,3 +139,17 @@ def test_a_run_reads_the_cache_and_judges_exactly_as_without_it(tmp_path):
     assert _run(tmp_path, url, "off").returncode == 0
     phases = json.loads(json.dumps(results(url, 3)[0].phases))
     assert "reference" in phases and "kernel" in phases
+
+
+def test_the_reference_on_the_cpu_device_is_the_host_reference_bit_for_bit(capsys):
+    from convmatrix.cli import main
+
+    inputs = build_inputs(CASE, torch.device("cpu"))
+    spans = channel_blocks(CASE, inputs)
+    host = list(reference_blocks(CASE, inputs, spans))
+    there = list(reference_blocks(CASE, inputs, spans, device=torch.device("cpu")))
+    for (_, (r0, _)), (_, (r1, _)) in zip(host, there, strict=True):
+        assert all(torch.equal(r0[k], r1[k]) for k in r0)
+    assert main(["selfcheck", "--device", "cpu"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "reference on cpu" in x)
+    assert "max|diff| = 0.000e+00  (limit 0e+00)" in line

@@ -6,7 +6,13 @@ Each check returns a ``CheckResult`` with its measured error and the limit it is
 - central finite differences of L = <g, y> + <q, F> on every parameter;
 - whole sequence vs token-by-token; a length-5 sequence split 1+4 with the state carried,
   forward and backward, with the state gradient kept and detached;
-- the vectorised reference equals the scalar one on random small cases.
+- the vectorised reference equals the scalar one on random small cases;
+- with ``device``: the reference computed on that device (values and bound magnitudes) equals
+  the host's: bit for bit on the CPU; on an accelerator within ``DEVICE_LIMIT`` relative to
+  each element's magnitude (float64 on both, but another order of summation and FMA
+  contraction: each element of a reference is a sum of at most a few thousand products here,
+  so their roundings differ by at most n u = 2^-53 x 2048 ~ 2.3e-13 of the sum of |terms|;
+  1e-12 leaves a margin and is still 10^4 below the fp32 unit roundoff a kernel is judged by).
 """
 
 from __future__ import annotations
@@ -17,10 +23,18 @@ from dataclasses import dataclass
 
 import torch
 
-from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
+from convmatrix.kernels.oracle.reference import (
+    ReferenceKernel,
+    backward_magnitudes,
+    conv_forward,
+    forward_magnitudes,
+    reference_forward,
+)
 from convmatrix.kernels.oracle.scalar import row_backward, row_forward
 
-__all__ = ["CHECKS", "CheckResult", "run_selfcheck"]
+__all__ = ["CHECKS", "DEVICE_LIMIT", "CheckResult", "device_reference", "run_selfcheck"]
+
+DEVICE_LIMIT = 1e-12  # see the module's text
 
 F64 = torch.float64
 
@@ -259,9 +273,39 @@ CHECKS: tuple[Callable[[], CheckResult | list[CheckResult]], ...] = (
 )
 
 
-def run_selfcheck() -> list[CheckResult]:
+def _reference_on(device: torch.device, p: dict, activation: str | None) -> list[torch.Tensor]:
+    """Every value and magnitude tensor of a forward and backward on ``device``, on the host."""
+    on = {k: v.to(device) for k, v in p.items()}
+    y, final, saved = conv_forward(on["x"], on["w"], on["b"], on["s"], None, activation,
+                                   magnitudes=True)  # fmt: skip
+    (dx, dw, db, ds), mags = backward_magnitudes(saved, on["w"], on["g"], on["q"])
+    found = [y, final, dx, dw, db, ds, *forward_magnitudes(saved, y).__dict__.values()]
+    for m in mags.values():
+        found += list(m.__dict__.values())
+    return [t.cpu() for t in found if isinstance(t, torch.Tensor)]
+
+
+def device_reference(device: str | torch.device, cases: int = 6) -> CheckResult:
+    """The reference on ``device`` against the host's, relative to each element's size."""
+    device = torch.device(device)
+    err = 0.0
+    for seed in range(cases):
+        p = _problem(100 + seed, batch=2, dim=5, seqlen=33 + seed, width=2 + seed % 3)
+        activation = "silu" if seed % 2 else None
+        host = _reference_on(torch.device("cpu"), p, activation)
+        there = _reference_on(device, p, activation)
+        for a, b in zip(host, there, strict=True):
+            err = max(err, float(((a - b).abs() / (1 + a.abs())).max()) if a.numel() else 0.0)
+    limit = 0.0 if device.type == "cpu" else DEVICE_LIMIT
+    return CheckResult(f"reference on {device} == on the host (values, magnitudes)", err, limit)
+
+
+def run_selfcheck(device: str | None = None) -> list[CheckResult]:
+    """Every check of the oracle; with ``device``, its reference there against the host's."""
     results: list[CheckResult] = []
     for check in CHECKS:
         out = check()
         results.extend(out if isinstance(out, list) else [out])
+    if device is not None:
+        results.append(device_reference(device))
     return results
