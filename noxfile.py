@@ -40,9 +40,10 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", workers, "-rfEs", "--durations=25", *session.posargs)
 
 
-def _run_matrix(session: nox.Session, matrix: str) -> None:
+def _run_matrix(session: nox.Session, matrix: str) -> str | None:
     """Run ``matrix`` (posargs after ``--`` go to ``convmatrix run``), write its report and
-    the diff against the previous run of the same kernel; fail when cases failed."""
+    the diff against the previous run of the same kernel (reports/diff.html for nightly,
+    reports/diff-<matrix>.html for the others); why it failed, or None."""
     install_project(session)
     args = list(session.posargs)
     if _option_value(args, "--kernel") is None:
@@ -58,26 +59,38 @@ def _run_matrix(session: nox.Session, matrix: str) -> None:
         failed = None
     # The diff against the previous run of the same kernel, matrix and device (exit 0 and no
     # file when there is none). The run itself decides the session's status.
-    diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/diff.html"]
+    name = "diff.html" if matrix == "nightly" else f"diff-{matrix}.html"
+    diff = ["convmatrix", "diff", "--previous", "latest", "--out", f"reports/{name}"]
     session.run(*diff, *(["--db", db] if db else []))
-    if failed is not None:
-        session.error(f"the {matrix} matrix has failing cases: see reports/")
+    return None if failed is None else f"the {matrix} matrix has failing cases: see reports/"
 
 
 @nox.session
 def matrix(session: nox.Session) -> None:
     """The nightly job: run the nightly matrix on this machine's devices, write the run report
     (reports/run-<id>.html) and the diff against the previous run of the same kernel
-    (reports/diff.html). Arguments after ``--`` go to ``convmatrix run``.
-    """
-    _run_matrix(session, "nightly")
+    (reports/diff.html). Arguments after ``--`` go to ``convmatrix run``. With a GPU or MLU
+    here, the production matrix (Mamba-sized cases) runs too; on a CPU it stays opt-in
+    (``nox -s production``), minutes instead of seconds."""
+    failed = [_run_matrix(session, "nightly")]
+    if _has_accelerator(session):
+        failed.append(_run_matrix(session, "production"))
+    if any(failed):
+        session.error("; ".join(f for f in failed if f))
+
+
+def _has_accelerator(session: nox.Session) -> bool:
+    probe = "from convmatrix.core.devices import accelerator; print(accelerator()[1])"
+    return str(session.run("python", "-c", probe, silent=True)).strip() == "True"
 
 
 @nox.session
 def production(session: nox.Session) -> None:
     """The production matrix (Mamba-sized shapes, docs/verdicts.md): a few minutes
     with ``tiled`` on 2 CPU cores at ``-n 2``; report and diff like ``matrix``."""
-    _run_matrix(session, "production")
+    failed = _run_matrix(session, "production")
+    if failed:
+        session.error(failed)
 
 
 @nox.session
@@ -117,6 +130,18 @@ def docs(session: nox.Session) -> None:
     argument parsers (docs_hooks/), so the project is installed with torch pinned."""
     install_project(session, "docs")
     session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session
+def device(session: nox.Session) -> None:
+    """The device check (benchmarks/device_check.py; docs/devices.md): prepares the wheel
+    folder the GPU machine needs (``.whl``, at most 64 MiB: benchmarks/device_wheels.py),
+    then runs the check. ``nox -s device -- --dry-run`` runs it on this CPU. On the GPU
+    machine itself (no network, no nox) run ``python3 benchmarks/device_check.py --wheels
+    .whl`` with the folder carried."""
+    install_project(session)
+    session.run("python", "benchmarks/device_wheels.py", "--out", ".whl")
+    session.run("python", "benchmarks/device_check.py", "--out", "device-check", *session.posargs)
 
 
 @nox.session
