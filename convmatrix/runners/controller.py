@@ -221,6 +221,16 @@ class Setup:
         return controller
 
 
+def declared_arithmetic(kernel: Any) -> dict[str, Any]:
+    """The kernel's declared arithmetic (``Capabilities``), as a run records it."""
+    caps = kernel.capabilities
+    return {
+        "accumulate": caps.accumulate,
+        "intermediate": caps.intermediate,
+        "deterministic": bool(caps.deterministic),
+    }
+
+
 def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
     """What identifies the run in the store (kernel and its commit, matrix, device, versions)."""
     name, digest = combined_identity(list(prepared.workloads.values()))
@@ -252,6 +262,9 @@ def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
             "case_timeout_s": prepared.timeout_s,
             "cases": prepared.wanted,
             "policy": prepared.rule,  # the rule --policy chose (None: the matrix's)
+            # what the kernel declared its arithmetic to be: the bound, so the bound usage,
+            # follows it (compare.errors compares usage only under one declaration)
+            "arithmetic": declared_arithmetic(prepared.kernel),
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,
