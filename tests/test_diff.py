@@ -165,10 +165,10 @@ def test_growth_makes_nan_and_zero_explicit():
 
 
 def test_bound_usage_judges_by_the_factor_and_the_usage_floor(fp32_case):
-    assert (DEFAULT_FACTOR, DEFAULT_FLOOR) == (10.0, 0.1)  # docs/regression-rule.md
+    assert (DEFAULT_FACTOR, DEFAULT_FLOOR) == (16.0, 0.1)  # docs/regression-rule.md
     base = _usage(fp32_case, 0.005)
-    # x9: under the factor, though far above the floor
-    assert _regressions(base, _usage(fp32_case, 0.045)) == []
+    # x15: under the factor, though far above the floor
+    assert _regressions(base, _usage(fp32_case, 0.075)) == []
     # x20, but ending at 0.09: under the floor (a few elements' rounding)
     assert _regressions(_usage(fp32_case, 0.0045), _usage(fp32_case, 0.09)) == []
     # x22 and above the floor: a precision regression, though the case still passes (<= 2)
@@ -180,7 +180,7 @@ def test_bound_usage_judges_by_the_factor_and_the_usage_floor(fp32_case):
     assert _regressions(base, same) == []
     view = build_diff(header(), [base], header(), [_usage(fp32_case, 0.5)])
     (change,) = view.error_regressions
-    assert (change.measure, change.why, change.factor, change.floor) == ("usage", None, 10.0, 0.1)
+    assert (change.measure, change.why, change.factor, change.floor) == ("usage", None, 16.0, 0.1)
     assert (change.base_usage, change.head_usage) == (0.005, 0.5)
     assert change.growth == pytest.approx(100.0, rel=1e-12)  # 0.5 / 0.005 in doubles
     assert (change.base_rel, change.head_rel) == (1e-7, 1e-7)
@@ -324,7 +324,7 @@ def test_runs_judged_by_usage_regress_by_usage_through_the_cli(db_url, db_engine
     assert {(e["case_id"], e["output"]) for e in data["error_regressions"]} == broken
     assert {e["measure"] for e in data["error_regressions"]} == {"usage"}
     text = capsys.readouterr().out
-    assert "(bound usage x10 above 0.1; e_rel/e_norm x2 where usage cannot judge)" in text
+    assert "(bound usage x16 above 0.1; e_rel/e_norm x2 where usage cannot judge)" in text
     first = data["error_regressions"][0]
     growth = first["head_usage"] / first["base_usage"]
     assert (
@@ -333,6 +333,6 @@ def test_runs_judged_by_usage_regress_by_usage_through_the_cli(db_url, db_engine
         f"{first['head_rel']:.3g}"
     ) in text
     html = out.read_text()
-    assert 'data-measure="usage"' in html and 'id="error-factor">10.0<' in html
+    assert 'data-measure="usage"' in html and 'id="error-factor">16.0<' in html
     assert main([*argv, "--floor", "1000", "--fail-on", "error-regression"]) == 0
     assert "error regressions: 0" in capsys.readouterr().out

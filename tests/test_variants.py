@@ -58,9 +58,9 @@ def test_shuffled_sums_declares_and_is_nondeterministic():
 
 
 def test_the_subtle_defect_passes_but_uses_orders_of_magnitude_more_of_the_bound():
-    """Round-toward-zero adds lean one way: dw's error grows like n where the probabilistic
-    bound allows sqrt(n). At B*L = 591 it stays under the bound (the case passes) and uses
-    more than 30 times what the honest kernel does (measured x100 and more: docs)."""
+    """Round-toward-zero adds: every rounding error points the same way instead of averaging
+    out. At B*L = 591 dw stays under the bound (the case passes) and uses more than 30 times
+    what the honest kernel does (the benchmark measures x100 and more: docs)."""
     assert set(SUBTLE) == {"ChoppedRunningSum"}
     honest, chopped = _usage(Fp32Kernel()), _usage(ChoppedRunningSum())
     assert chopped["dw"] <= 2.0

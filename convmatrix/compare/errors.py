@@ -4,10 +4,11 @@ One measure, the verdict's: the bound usage (``OutputMetrics.bound_usage``, max 
 of |a - r| / bound, docs/spec.md §4). An output regressed when its usage grew by more than
 ``factor`` AND ends above the usage ``floor``; it improved when its usage fell by more than
 ``factor`` from above the floor. Both numbers were chosen with
-``benchmarks/bench_regression_rule.py`` (docs/regression-rule.md): on the nightly matrix, sums
-reordered, compensated or done in float64, and swaps between kernels of one declared
-arithmetic, move an honest kernel's usage by at most x7 among outputs ending above the floor
-(float64 sums to FP32 ones), while a defect that stays under its bound moves it by up to x218.
+``benchmarks/bench_regression_rule.py`` (docs/regression-rule.md): on the nightly matrix and at
+production's reduction lengths, sums reordered, compensated or done in float64, and swaps
+between kernels of one declared arithmetic, move an honest kernel's usage by at most x7.6
+among outputs ending above the floor (float64 sums to FP32 ones; every factor from 8 up
+raises none), while a defect that stays under its bound moves it by x100 to x4000.
 Below the floor a change is the rounding of a few elements going the other way. A kernel that
 declares itself nondeterministic is judged by the same rule: what differs from one of its runs
 to the next is the order of its sums, the change the rule is chosen to tolerate (two runs of
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 # Chosen with benchmarks/bench_regression_rule.py on the nightly matrix (docs/regression-rule.md).
-DEFAULT_FACTOR = 10.0
+DEFAULT_FACTOR = 16.0
 DEFAULT_FLOOR = 0.1  # a bound usage
 FALLBACK_FACTOR = 2.0  # the e_rel/e_norm rule, where usage cannot judge
 _FALLBACK_FLOOR = 1e-6  # dtypes the tolerance table does not know
