@@ -4,7 +4,9 @@ the real ``ResultWriter`` in a real database.
 The errors are drawn at the scale a correct kernel shows (about one unit roundoff of the dtype)
 from a generator seeded per case, so two "commits" of the same correct kernel give identical
 numbers and a diff of them is empty. ``bug`` names the cases a seeded bug breaks: their errors
-become O(1) and they fail, like a tile-boundary bug in FP32 would.
+become O(1) and they fail, like a tile-boundary bug in FP32 would. With ``usage=True`` every
+output also records its bound usage and is judged by it, as under the default ``bound``
+policy: up to 0.95 for a correct kernel, 50 to 500 for a broken output.
 """
 
 from __future__ import annotations
@@ -70,17 +72,24 @@ def outputs_of(case: Case) -> list[str]:
     return names
 
 
-def _metrics(case: Case, output: str, rng: random.Random, broken: bool) -> OutputMetrics:
+def _metrics(
+    case: Case, output: str, rng: random.Random, broken: bool, usage: bool = False
+) -> OutputMetrics:
     tol = Tolerances().lookup(case.x_dtype, output)
     u = UNIT[case.x_dtype] * (4 if output in ("dw", "db") else 1)
     e_rel = 0.5 + 0.4 * rng.random() if broken else u * (0.5 + 2 * rng.random())
     e_norm = 0.2 + 0.2 * rng.random() if broken else u * (0.1 + 0.5 * rng.random())
-    return OutputMetrics(
+    metrics = OutputMetrics(
         output=output, e_abs=e_rel * 1.3, e_rel=e_rel, e_norm=e_norm, tau=1e-3, scale=1.0,
         worst_index=[0, 1, 2], fw_abs=u, fw_rel=u * 1.5, fw_norm=u * 0.4,
         limit_rel=tol.rel, limit_norm=tol.norm,
         passed=e_rel <= tol.rel and e_norm <= tol.norm,
     )  # fmt: skip
+    if usage:
+        drawn = 50 * 10 ** rng.random() if broken else 0.05 + 0.9 * rng.random()
+        metrics.bound_usage, metrics.usage_limit = drawn, 2.0
+        metrics.broken_zeros, metrics.passed = 0, drawn <= 2.0
+    return metrics
 
 
 def result_for(
@@ -89,10 +98,11 @@ def result_for(
     broken: bool = False,
     timing_scale: float = 1.0,
     timed: bool = False,
+    usage: bool = False,
 ) -> CaseResult:
     """A plausible result of one case; deterministic in the case id."""
     rng = random.Random(case.id)
-    outputs = [_metrics(case, o, rng, broken) for o in outputs_of(case)]
+    outputs = [_metrics(case, o, rng, broken, usage) for o in outputs_of(case)]
     timings = []
     if timed:
         samples = [timing_scale * 1e-4 * (1 + 0.02 * rng.random()) for _ in range(9)]
@@ -126,15 +136,17 @@ def synthetic_results(
     timed_every: int = 0,
     timing_scale: float = 1.0,
     extras: bool = True,
+    usage: bool = False,
 ) -> list[CaseResult]:
     """``n`` numeric results (plus, with ``extras``, an expected-error case whose kernel message
-    is an XSS attempt, a crashed case and a skipped one)."""
+    is an XSS attempt, a crashed case and a skipped one); ``usage``: judged by bound usage."""
     results = [
         result_for(
             c,
             broken=bool(bug and bug(c)),
             timed=bool(timed_every) and i % timed_every == 0,
             timing_scale=timing_scale,
+            usage=usage,
         )
         for i, c in enumerate(cases(n))
     ]
@@ -164,8 +176,10 @@ def write_run(
     label: str | None = None,
     matrix: str = "nightly",
     kind: str = "run",
+    arithmetic: dict | None = None,
 ) -> int:
-    """Store ``results`` as one finished run through the real writer; returns the run id."""
+    """Store ``results`` as one finished run through the real writer; returns the run id.
+    ``arithmetic``: the kernel's declared arithmetic, as a run records it."""
     with ResultWriter(engine, batch_size=1000) as writer:
         run_id = writer.start_run(
             RunMeta(
@@ -173,6 +187,7 @@ def write_run(
                 label=label, versions={"torch": "2.13.0", "convmatrix": "0.1.0"},
                 geometry=GEOMETRY, n_planned=len(results), argv=["convmatrix", "run"],
                 kind=kind,
+                options={"arithmetic": arithmetic} if arithmetic else {},
             )
         )  # fmt: skip
         for r in results:

@@ -255,3 +255,71 @@ def test_a_weight_below_the_smallest_normal_of_x_is_bounded_absolutely():
     # 1.64 of a bound on |w| alone: past the model (1); the case's dx used 2.26 and failed
     assert over > 1.5, over
     assert usage <= 1.0, usage
+
+
+# -- elements whose bound is zero --------------------------------------------------------------
+def test_usage_of_counts_elements_expected_exactly_zero_apart():
+    """An element whose bound is nothing but the subnormal floor eta is right only at 0: a
+    non-zero value there is counted, not divided (it was a usage of |a| / eta = 1e+43)."""
+    from convmatrix.core.bounds import TINY
+    from convmatrix.runners.bounds import bound_usage, usage_of
+
+    eta = TINY["float32"]
+    r = torch.tensor([0.0, 1.0, 0.0, -2.0], dtype=torch.float64)
+    bound = torch.tensor([eta, 1e-3, eta, 1e-3], dtype=torch.float64)
+    smallest = 2.0**-149  # fp32's smallest subnormal: the least non-zero value there is
+    a = torch.tensor([0.0, 1.0 + 5e-4, smallest, -2.0], dtype=torch.float64)
+    got = usage_of(a, r, bound, eta)
+    # 5e-4 / 1e-3 (both exact in binary to well within 1e-12 relative)
+    assert got.usage == pytest.approx(0.5, rel=1e-12)
+    assert got.broken_zeros == 1
+    a[2] = 1e-3
+    assert usage_of(a, r, bound, eta).broken_zeros == 1
+    assert bound_usage(a, r, bound) > 1e42  # the ratio it replaces: 1e-3 / eta = 1.4e+42
+    a[2] = 0.0
+    assert usage_of(a, r, bound, eta) == (pytest.approx(0.5, rel=1e-12), 0)
+    a[0] = math.nan  # a non-finite value where 0 is expected is not 0 either
+    assert usage_of(a, r, bound, eta).broken_zeros == 1
+
+
+class PadLeak(Fp32Kernel):
+    """The honest FP32 kernel, except y at padding tokens (seq_idx -1, whose expected value is
+    exactly 0 with nothing accumulated) holds 1e-3 instead of 0."""
+
+    name = "pad_leak"
+
+    def forward(self, x, weight, bias=None, *, seq_idx=None, **kwargs):
+        out = super().forward(x, weight, bias, seq_idx=seq_idx, **kwargs)
+        y = out[0] if isinstance(out, tuple) else out
+        if seq_idx is not None:
+            pad = (seq_idx < 0)[:, None, :].expand_as(y)
+            y = torch.where(pad, torch.full_like(y, 1e-3), y)
+        return (y, out[1]) if isinstance(out, tuple) else y
+
+
+PADDED = Case("t", "fwd", 3, 8, 1, seqlen=16, seq_lens=(6, 6, -4), x_dtype="bfloat16")
+
+
+def test_a_kernel_breaking_exact_zeros_fails_and_says_so():
+    from convmatrix.core.verdict import describe, output_severity
+
+    honest = run_case(PADDED, Context(Fp32Kernel()))
+    assert honest.outcome == "passed", describe(honest)
+    assert [o.broken_zeros for o in honest.outputs if o.output == "y"] == [0]
+    result = run_case(PADDED, Context(PadLeak()))
+    assert result.outcome == "failed"
+    (y,) = [o for o in result.outputs if o.output == "y"]
+    assert y.broken_zeros == 4 * 8  # 4 padding tokens x 8 channels
+    # the other elements are the honest kernel's: their usage is the honest one
+    honest_y = next(o for o in honest.outputs if o.output == "y")
+    assert y.bound_usage == honest_y.bound_usage <= 1.0
+    assert not y.passed and output_severity(y) == math.inf
+    lines = describe(result)
+    assert any("y: 32 elements expected exactly 0 came out non-zero" in ln for ln in lines), lines
+
+
+def test_the_words_for_one_broken_zero():
+    from convmatrix.core.verdict import broken_zeros_text
+
+    assert broken_zeros_text(1) == "1 element expected exactly 0 came out non-zero"
+    assert broken_zeros_text(3) == "3 elements expected exactly 0 came out non-zero"

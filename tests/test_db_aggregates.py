@@ -35,20 +35,28 @@ from convmatrix.db import (
 )
 from convmatrix.db.engine import write_connection
 from convmatrix.db.migrate import alembic_config
-from convmatrix.db.models import CaseRow, Run, RunAggregateRow
+from convmatrix.db.models import CaseRow, MetricRow, Run, RunAggregateRow
 
 DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _results(seed: int, n: int) -> list:
     """``n`` results over three dtypes with failures, a crash without outputs, a NaN, an inf
-    e_norm and a tie for the worst e_rel (the first case written must be named)."""
+    e_norm and a tie for the worst e_rel (the first case written must be named); bound usage
+    on most outputs (none on every fifth, as rows written before 0003; an infinite one, as a
+    non-finite output records)."""
     rng = random.Random(seed)
     results = []
     for i in range(n):
         outcome = "failed" if rng.random() < 0.3 else "passed"
         dtype = DTYPES[i % 3]
-        results.append(fake_result(i, outcome, ("y", "dx", "dw"), rng, x_dtype=dtype))
+        result = fake_result(i, outcome, ("y", "dx", "dw"), rng, x_dtype=dtype)
+        result.outputs = [
+            replace(m, bound_usage=None if (i + k) % 5 == 0 else 10 ** rng.uniform(-3, 0.5))
+            for k, m in enumerate(result.outputs)
+        ]
+        results.append(result)
+    results[2].outputs[1] = replace(results[2].outputs[1], bound_usage=math.inf, passed=False)
     results[1].outputs[0] = replace(results[1].outputs[0], e_rel=math.nan, passed=False)
     results[4].outputs[1] = replace(results[4].outputs[1], e_norm=math.inf, passed=False)
     for i in (6, 9):  # both float32: equal worst e_rel of output y
@@ -79,10 +87,15 @@ def _check_against_records(session, runs_data) -> None:
                 want["passed"],
                 want["worst_case_id"],
             )
-            for key in ("worst_rel", "median_rel", "worst_norm", "median_norm"):
+            keys = ("worst_rel", "median_rel", "worst_norm", "median_norm", "worst_usage",
+                    "median_usage")  # fmt: skip
+            for key in keys:
                 # Medians average two doubles in SQL as statistics.median does; 1e-12
                 # relative only allows for a different summation order.
-                assert getattr(p.stats, key) == pytest.approx(want[key], rel=1e-12), key
+                if want[key] is None:  # no row of the group recorded a usage
+                    assert getattr(p.stats, key) is None, key
+                else:
+                    assert getattr(p.stats, key) == pytest.approx(want[key], rel=1e-12), key
         assert case_counts(session, dtype, list(runs_data)) == _expected_counts(runs_data, dtype)
 
 
@@ -205,18 +218,26 @@ def test_interrupted_and_reaped_runs_are_summarised(db_engine):
     assert sorted(set(stored)) == sorted((interrupted, orphan))
 
 
+def _before_0003(seed: int, n: int) -> list:
+    """``_results`` as written before bound usage existed (the downgrade drops it)."""
+    results = _results(seed, n)
+    for r in results:
+        r.outputs = [replace(m, bound_usage=None) for m in r.outputs]
+    return results
+
+
 def test_upgrade_from_0001_summarises_the_runs_stored_before(db_url):
     engine = open_database(db_url)
     runs_data = {}
     for k, meta in enumerate(({}, {"kernel": "x"})):
-        results = _results(10 + k, 13)
+        results = _before_0003(10 + k, 13)
         runs_data[_write(engine, results, **meta)] = results
     writer = ResultWriter(engine)  # a run still writing (this process: not reaped)
     running = writer.start_run(fake_meta(label="running"))
-    for result in _results(20, 12):
+    for result in _before_0003(20, 12):
         writer.add(result)
     writer.flush()
-    runs_data[running] = _results(20, 12)
+    runs_data[running] = _before_0003(20, 12)
     with Session(engine) as session:
         before = _snapshot(session)
         n_cases = session.scalar(select(func.count()).select_from(CaseRow))
@@ -240,3 +261,44 @@ def test_upgrade_from_0001_summarises_the_runs_stored_before(db_url):
         _check_against_records(session, runs_data)
         assert session.get(Run, running).status == "running"  # still live, left alone
     engine.dispose()
+
+
+def test_upgrade_to_0008_adds_median_usage_and_broken_zeros_and_resummarises(db_url):
+    """0008 on a database of 0007: the summaries are recomputed with the median usage of the
+    rows written before, and those rows' ``broken_zeros`` stay NULL (never counted)."""
+    engine = open_database(db_url)
+    results = _results(30, 14)
+    run_id = _write(engine, results)
+    with write_connection(engine) as conn:
+        command.downgrade(alembic_config(conn), "0007")
+    engine.dispose()
+
+    old = make_engine(db_url)
+    assert current_revision(old) == "0007"
+    assert "broken_zeros" not in {c["name"] for c in inspect(old).get_columns("metrics")}
+    assert "median_usage" not in {c["name"] for c in inspect(old).get_columns("run_summaries")}
+    old.dispose()
+
+    engine = open_database(db_url)
+    with Session(engine) as session:
+        assert session.get(Run, run_id).summarised_at is not None  # summarised again
+        assert set(session.scalars(select(MetricRow.broken_zeros))) == {None}
+        _check_against_records(session, {run_id: results})
+        medians = session.scalars(select(RunAggregateRow.median_usage)).all()
+        assert medians and None not in medians
+    engine.dispose()
+
+
+def test_broken_zeros_are_stored_and_read_back(db_engine):
+    from convmatrix.db.queries import load_results
+
+    result = fake_result(0, "failed", ("y", "dx"))
+    result.outputs = [
+        replace(result.outputs[0], bound_usage=0.5, broken_zeros=3, passed=False),
+        replace(result.outputs[1], bound_usage=0.25, broken_zeros=0),
+    ]
+    run_id = _write(db_engine, [result])
+    with Session(db_engine) as session:
+        (back,) = load_results(session, run_id)
+    assert [(m.output, m.broken_zeros) for m in back.outputs] == [("y", 3), ("dx", 0)]
+    assert isinstance(back.outputs[0].broken_zeros, int)

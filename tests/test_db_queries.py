@@ -107,6 +107,7 @@ def _expected_history(runs_data, dtype):
         for output, items in by_output.items():
             rel = [math.inf if math.isnan(m.e_rel) else m.e_rel for _, m in items]
             norm = [m.e_norm for _, m in items]
+            usage = [m.bound_usage for _, m in items if m.bound_usage is not None]
             expected[run_id, output] = {
                 "cases": len(items),
                 "passed": sum(m.passed for _, m in items),
@@ -115,6 +116,8 @@ def _expected_history(runs_data, dtype):
                 "worst_norm": max(norm),
                 "median_norm": statistics.median(norm),
                 "worst_case_id": items[rel.index(max(rel))][0],
+                "worst_usage": max(usage) if usage else None,
+                "median_usage": statistics.median(usage) if usage else None,
             }
     return expected
 

@@ -166,3 +166,45 @@ def test_parse_since():
     assert parse_since("2025-01-31") == datetime(2025, 1, 31, tzinfo=timezone.utc)
     moment = parse_since("7d")
     assert abs(datetime.now(timezone.utc) - timedelta(days=7) - moment) < timedelta(minutes=1)
+
+
+def test_history_of_runs_judged_by_usage_shows_worst_and_median_usage(
+    db_url, db_engine, tmp_path, capsys
+):
+    """Runs under the default policy record bound usage: history carries its worst and
+    median per run and output in every format (on SQLite and PostgreSQL), and its charts draw
+    the usage with the safety line."""
+    good = synthetic_results(150, usage=True)
+    bad = synthetic_results(150, bug=tile_plus_one_channel_last, usage=True)
+    ids = [write_run(db_engine, rs, commit=c * 40) for rs, c in ((good, "1"), (bad, "2"))]
+    view = load_history(db_url, "float32")
+    assert [r.run_id for r in view.runs] == ids
+    for run, results in zip(view.runs, (good, bad), strict=True):
+        for output, stats in run.outputs.items():
+            usage = [m.bound_usage for r in results if r.case.x_dtype == "float32"
+                     for m in r.outputs if m.output == output]  # fmt: skip
+            assert stats.worst_usage == max(usage)  # a max is exact
+            # one averaging of two doubles at most, in SQL as here: the last bit may differ
+            assert stats.median_usage == pytest.approx(statistics.median(usage), rel=1e-15)
+    assert max(s.worst_usage for s in view.runs[1].outputs.values()) > 2  # the broken cases
+    base = ["history", "--dtype", "float32", "--db", db_url]
+    assert main([*base, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    flat = {(r.run_id, o): s for r in view.runs for o, s in r.outputs.items()}
+    for row in rows:
+        stats = flat[(int(row["run_id"]), row["output"])]
+        assert float(row["worst_usage"]) == stats.worst_usage  # repr-exact in the CSV
+        assert float(row["median_usage"]) == stats.median_usage
+    assert main([*base, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    y = data["runs"][1]["outputs"]["y"]
+    assert (y["worst_usage"], y["median_usage"]) == (flat[ids[1], "y"].worst_usage,
+                                                     flat[ids[1], "y"].median_usage)  # fmt: skip
+    assert main(base) == 0
+    assert "worst_usage  median_usage" in capsys.readouterr().out.splitlines()[0]
+    out = tmp_path / "history.html"
+    assert main([*base, "--format", "html", "--out", str(out)]) == 0
+    html = out.read_text()
+    assert html.count(": bound usage per run</text>") == len(view.outputs)
+    assert html.count('<g class="guide" data-value="2.0">') == len(view.outputs)
+    assert "safety x2" in html and "errors per run" not in html

@@ -191,3 +191,60 @@ def test_no_credentials_in_report(results):
 )  # fmt: skip
 def test_number_format(value, text):
     assert fmt_num(value) == text
+
+
+# -- one measure: bound usage -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def usage_results():
+    return synthetic_results(400, bug=tile_plus_one_channel_last, usage=True)
+
+
+def test_pivots_and_the_failure_header_speak_bound_usage(usage_results):
+    view = build_run_view(header(), usage_results)
+    pivot = next(p for p in view.pivots if p.dims == ["K", "dtype"])
+    for row in pivot.rows:
+        k, dtype = row.key
+        members = [
+            r for r in usage_results
+            if r.case.expect == "ok" and f"K={r.case.width}" == k
+            and {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[r.case.x_dtype] == dtype
+        ]  # fmt: skip
+        for output, value in row.worst_usage.items():
+            # exact: the max of the same doubles
+            assert value == max(m.bound_usage for r in members for m in r.outputs
+                                if m.output == output)  # fmt: skip
+    numeric = [f for f in view.failures if f.outcome == "failed"]
+    assert numeric
+    for f in numeric:
+        result = next(r for r in usage_results if r.case.id == f.case_id)
+        failing = [m for m in result.outputs if not m.passed]
+        assert f.worst_usage == max(m.bound_usage for m in failing) > 2.0
+        assert f.usage_limit == 2.0 and f.broken_zeros == 0
+    html = render_html(view)
+    first = numeric[0]
+    summary = re.search(
+        rf'data-case-id="{first.case_id}".*?<summary>(.*?)</summary>', html, flags=re.S
+    )[1]
+    assert "worst bound usage" in summary and "error/limit" not in summary
+    assert f'data-usage="{first.worst_usage!r}"' in summary
+    cells = re.findall(r'<td class="num [^"]*" data-output="(\w+)" data-value="[^"]*" '
+                       r'data-measure="(\w+)"', html)  # fmt: skip
+    assert cells and {m for _, m in cells} == {"usage"}  # every pivot cell shows the usage
+
+
+def test_a_run_without_usage_keeps_e_rel_in_its_pivots(view):
+    html = render_html(view)
+    assert 'data-measure="e_rel"' in html and 'data-measure="usage"' not in html
+    assert "data-usage=" not in html  # no failure header speaks usage
+
+
+def test_broken_zeros_lead_the_failure_header(usage_results):
+    import dataclasses
+
+    result = next(r for r in usage_results if r.outcome == "passed" and r.outputs)
+    y = dataclasses.replace(result.outputs[0], broken_zeros=3, passed=False)
+    broken = dataclasses.replace(result, outcome="failed", outputs=[y, *result.outputs[1:]])
+    view = build_run_view(header(), [broken])
+    (line,) = view.failures
+    assert line.broken_zeros == 3 and line.severity == math.inf
+    assert "3 elements expected exactly 0 came out non-zero" in render_html(view)

@@ -201,3 +201,24 @@ def test_run_into_postgresql(tmp_path, postgres_url):
     assert (info.label, info.status, info.counts["passed"]) == ("pg", "finished", 4)
     assert (info.kernel_commit, info.kernel_dirty) == ("0123abcd", None)  # --commit wins
     assert {r.worker for r in results(postgres_url, info.id)} <= {"gw0", "gw1"}
+
+
+def test_a_run_records_the_arithmetic_its_kernel_declares(tmp_path):
+    """The bound, so the usage, follows the declaration: the run keeps it, and the diff
+    compares usage only between runs that declare the same (compare.errors)."""
+    from convmatrix.api import run as run_api
+    from convmatrix.kernels.interface.registry import load
+    from convmatrix.runners.workload import load_workload
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    spec = "convmatrix.kernels.doubles.variants:ShuffledSums"
+    case = next(c for c in load_workload("smoke", load(spec)).cases if c.expect == "ok")
+    run_api("smoke", spec, workers=0, db=url, cases=[case.id])
+    run_api("smoke", "torch", workers=0, db=url, cases=[case.id])
+    shuffled, torch_path = sorted(runs(url), key=lambda info: info.id)
+    assert shuffled.options["arithmetic"] == {
+        "accumulate": "float32", "intermediate": "fp32", "deterministic": False,
+    }  # fmt: skip
+    assert torch_path.options["arithmetic"] == {
+        "accumulate": "float32", "intermediate": "input", "deterministic": True,
+    }  # fmt: skip

@@ -231,9 +231,9 @@ def test_case_history_diff_and_regressions_in_chromium(server, open_url):
     for r in case["runs"]:
         row = page.locator(f'#case-runs tr[data-run-id="{r["run_id"]}"]')
         cells = row.locator("td.num")
-        for j, output in enumerate(case["outputs"]):
-            value = r["e_rel"].get(output)
-            assert cells.nth(j + 1).inner_text() == fmt_num(value)
+        for j, output in enumerate(case["outputs"]):  # per output: its usage, then its e_rel
+            assert cells.nth(2 * j + 1).inner_text() == fmt_num(r["usage"].get(output))
+            assert cells.nth(2 * j + 2).inner_text() == fmt_num(r["e_rel"].get(output))
     opened.assert_clean()
     diff = _json(server, "/diff/1/2")
     opened = open_url(server + "/diff/1/2")
@@ -252,3 +252,32 @@ def test_case_history_diff_and_regressions_in_chromium(server, open_url):
     opened.page.click(f'#regression-rows a[href="/cases/{case_id}"] >> nth=0')
     opened.page.wait_for_url(f"**/cases/{case_id}")
     assert opened.console == []
+
+
+def test_the_case_page_shows_usage_per_output_per_run_beside_e_rel(tmp_path):
+    """Runs judged by bound usage: the served case page gives each run's usage per output
+    (the stored doubles) and what it was allowed, before e_rel, in its JSON and its HTML."""
+    from convmatrix.reports.render import render_html
+    from convmatrix.service.pages import case_page
+
+    url = f"sqlite:///{tmp_path / 'usage.db'}"
+    engine = open_database(url)
+    bug = lambda c: c.id in BROKEN  # noqa: E731
+    runs = [synthetic_results(60, usage=True), synthetic_results(60, bug=bug, usage=True)]
+    for n, results in enumerate(runs, 1):
+        write_run(engine, results, commit=str(n) * 40)
+    case_id = sorted(BROKEN)[0]
+    with write_session(engine) as session:
+        view = case_page(session, url, case_id)
+    engine.dispose()
+    for run, results in zip(view.runs, runs, strict=True):
+        result = next(r for r in results if r.case.id == case_id)
+        assert run.usage == {m.output: m.bound_usage for m in result.outputs}
+        assert run.usage_limit == dict.fromkeys(run.usage, 2.0)
+        assert run.broken_zeros == dict.fromkeys(run.usage, 0)
+    assert max(view.runs[1].usage.values()) > 2 >= max(view.runs[0].usage.values())
+    html = render_html(view)
+    output = view.outputs[0]
+    usage = view.runs[1].usage[output]
+    assert f'data-output="{output}" data-usage="{usage!r}">{fmt_num(usage)}</td>' in html
+    assert f"<th>{output} usage</th><th>{output} e_rel</th>" in html

@@ -12,10 +12,11 @@ and the exit status is 0.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
-from convmatrix.compare.errors import ErrorRule
+from convmatrix.compare.errors import DEFAULT_FACTOR, DEFAULT_FLOOR, FALLBACK_FACTOR, ErrorRule
 from convmatrix.compare.runs import FAIL_ON, DiffOptions
 from convmatrix.compare.timing.history import HistoryRule
 from convmatrix.compare.timing.rules import TimingRule
@@ -29,7 +30,8 @@ __all__ = ["add_arguments", "diff_command"]
 
 
 def _floors(values: list[str]) -> tuple[float | None, dict[str, float]]:
-    """``--floor 1e-6`` (every dtype) and ``--floor bfloat16=1e-2`` (one dtype)."""
+    """``--floor 0.2`` (a bound usage, every dtype) and ``--floor bfloat16=0.3`` (the outputs
+    judged in one dtype)."""
     common: float | None = None
     per_dtype: dict[str, float] = {}
     for text in values:
@@ -37,7 +39,12 @@ def _floors(values: list[str]) -> tuple[float | None, dict[str, float]]:
         try:
             value = float(number)
         except ValueError:
-            raise UsageError(f"--floor {text!r}: expected a number or DTYPE=NUMBER") from None
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise UsageError(
+                f"--floor {text!r}: expected a bound usage (a number >= 0, such as "
+                f"{DEFAULT_FLOOR:g}) or DTYPE=USAGE"
+            )
         if dtype:
             per_dtype[parse_case_dtype(dtype, "--floor")] = value
         else:
@@ -58,8 +65,8 @@ def diff_command(args: argparse.Namespace) -> int:
         raise UsageError("--previous takes exactly one run: convmatrix diff --previous HEAD")
     if not args.previous and len(args.runs) != 2:
         raise UsageError("give two runs, BASE and HEAD (or --previous HEAD)")
-    if args.factor <= 1:
-        raise UsageError(f"--factor {args.factor}: must be greater than 1")
+    if not (args.factor > 1 and math.isfinite(args.factor)):
+        raise UsageError(f"--factor {args.factor}: must be a number greater than 1")
     conditions = _fail_on(args.fail_on)
     floor, floors = _floors(args.floor)
     control = None if args.timing_control == "none" else args.timing_control
@@ -108,13 +115,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"exit 1 when this holds: {', '.join(FAIL_ON)} (repeat or comma-separate)",
     )  # fmt: skip
     parser.add_argument(
-        "--factor", type=float, default=ErrorRule.factor,
-        help="error regression: e_rel or e_norm grew by more than this (default 2.0)",
+        "--factor", type=float, default=DEFAULT_FACTOR,
+        help=f"error regression: an output's bound usage grew by more than this (default "
+        f"{DEFAULT_FACTOR:g}; docs/regression-rule.md)",
     )  # fmt: skip
     parser.add_argument(
-        "--floor", action="append", default=[], metavar="[DTYPE=]VALUE",
-        help="noise floor below which errors never regress (default: 4 unit roundoffs of the "
-        "dtype, 16 for dw/db; fp32 2.4e-7, fp16 2e-3, bf16 1.6e-2)",
+        "--floor", action="append", default=[], metavar="[DTYPE=]USAGE",
+        help=f"the bound usage below which an output never regresses (default "
+        f"{DEFAULT_FLOOR:g}); DTYPE=USAGE for the outputs judged in one dtype. Where a run "
+        f"recorded no usage, or the kernels declare different arithmetic, e_rel/e_norm judge "
+        f"instead (x{FALLBACK_FACTOR:g} above 4 unit roundoffs of the dtype, 16 for dw/db)",
     )  # fmt: skip
     parser.add_argument(
         "--timing-ratio", type=float, default=TimingRule.ratio,

@@ -1,8 +1,9 @@
 """``convmatrix history --dtype DT``: how one dtype's errors moved over the runs.
 
-Per run (oldest first, labelled by kernel commit): worst and median e_rel and e_norm of each
-output, case count and pass rate, as a table, CSV, JSON or an HTML page with line charts. The
-aggregates are computed by the database (``convmatrix.db.history``), not in Python.
+Per run (oldest first, labelled by kernel commit): worst and median bound usage, e_rel and
+e_norm of each output, case count and pass rate, as a table, CSV, JSON or an HTML page with
+line charts (usage against the safety line). The aggregates are computed by the database
+(``convmatrix.db.history``), not in Python.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ def history_command(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Per run (oldest first): worst and median e_rel and e_norm of each output "
-        "for cases of one input dtype, with case count and pass rate."
+        "Per run (oldest first): worst and median bound usage, e_rel and e_norm of each "
+        "output judged in one dtype, with case count and pass rate."
     )
     parser.add_argument("--dtype", required=True, help="input dtype: float32, bfloat16 (bf16)...")
     parser.add_argument("--output", help=f"only this output: {', '.join(OUTPUTS)}")

@@ -1,5 +1,6 @@
 """Two runs compared case by case (matched by stable id): outcome sections, error changes under
-the error rule (``compare.errors``), timing changes under the timing rule (``compare.timing``).
+the error rule (``compare.errors``: bound usage, or e_rel/e_norm where usage cannot judge),
+timing changes under the timing rule (``compare.timing``).
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from convmatrix.compare.errors import ErrorChange, ErrorRule, error_change
+from convmatrix.compare.errors import Declared, ErrorChange, ErrorRule, error_change
 from convmatrix.compare.timing.history import TimingHistory
 from convmatrix.compare.timing.pairs import TimingComparison, compare_timings
 from convmatrix.compare.timing.rules import TimingRule
@@ -102,13 +103,19 @@ def _classify(view: RunComparison, b: CaseResult | None, h: CaseResult | None) -
         view.newly_skipped.append(change)
 
 
-def _compare_errors(view: RunComparison, b: CaseResult, h: CaseResult, opts: DiffOptions) -> None:
+def _compare_errors(
+    view: RunComparison,
+    b: CaseResult,
+    h: CaseResult,
+    opts: DiffOptions,
+    declared: tuple[Declared | None, Declared | None],
+) -> None:
     base_outputs = {m.output: m for m in b.outputs}
     for hm in h.outputs:
         bm = base_outputs.get(hm.output)
         if bm is None:
             continue
-        worse, better = error_change(h, bm, hm, opts.errors)
+        worse, better = error_change(h, bm, hm, opts.errors, declared)
         if worse:
             view.error_regressions.append(worse)
         if better:
@@ -119,16 +126,21 @@ def compare_runs(
     base_results: Sequence[CaseResult],
     head_results: Sequence[CaseResult],
     options: DiffOptions | None = None,
+    *,
+    declared: tuple[Declared | None, Declared | None] = (None, None),
 ) -> RunComparison:
     """Every section. A case that fails in HEAD but was not in BASE counts as a new failure too
-    (and is listed under added): for a CI gate, a new failing case is new."""
+    (and is listed under added): for a CI gate, a new failing case is new. ``declared``: the
+    arithmetic each run's kernel declared (``Declared.of(RunMeta.options.get("arithmetic"))``),
+    where known; where they differ the error rule falls back to e_rel/e_norm."""
     opts = options or DiffOptions()
     old = {r.case.id: r for r in base_results}
     new = {r.case.id: r for r in head_results}
     view = RunComparison(
         n_common=len(old.keys() & new.keys()),
-        options={"factor": opts.errors.factor, "floor": opts.errors.floor,
-                 "floors": dict(opts.errors.floors),
+        options={"factor": opts.errors.factor, "floor": opts.errors.floor_for(""),
+                 "floors": dict(opts.errors.floors), "fallback_factor": opts.errors.fallback_factor,
+                 "error_rule": opts.errors.describe(),
                  "timing_ratio": opts.timing.ratio, "timing_alpha": opts.timing.alpha,
                  "timing_min_samples": opts.timing.min_samples},
     )  # fmt: skip
@@ -136,7 +148,7 @@ def compare_runs(
         b, h = old.get(case_id), new.get(case_id)
         _classify(view, b, h)
         if b is not None and h is not None:
-            _compare_errors(view, b, h, opts)
+            _compare_errors(view, b, h, opts, declared)
     view.error_regressions.sort(key=lambda c: -c.growth)
     view.error_improvements.sort(key=lambda c: c.growth)
     view.timing = compare_timings(

@@ -74,6 +74,9 @@ class OutputMetrics:
     bound_usage: float | None = None  # max |a-r| / bound (docs/spec.md §4 bound model)
     limit_usage: float | None = None  # max(e_rel/limit_rel, e_norm/limit_norm): the rows' usage
     usage_limit: float | None = None  # the bound usage allowed, when the bound judged
+    # Elements whose bound is zero (an exactly-zero expected value, nothing accumulated) that
+    # came out non-zero: counted apart from ``bound_usage``, each fails the bound's verdict.
+    broken_zeros: int | None = None
 
 
 @dataclass

@@ -29,6 +29,7 @@ from convmatrix.core.tolerances import PARAM_GRADS, Policy, Tolerance, Tolerance
 __all__ = [
     "RULES",
     "brief",
+    "broken_zeros_text",
     "case_severity",
     "describe",
     "judge_output",
@@ -89,12 +90,15 @@ def judge_output(
     *,
     exact: bool = False,
     bound_usage: float | None = None,
+    broken_zeros: int | None = None,
 ) -> OutputMetrics:
     """The recorded metrics of one output with its limits and verdict.
 
     ``exact`` outputs (a decode state: copies of inputs) must match bit for bit (e_abs == 0).
-    Under the ``bound`` policy ``bound_usage`` decides (<= ``policy.safety``); the rows'
-    limits are still recorded, with their usage, for the other policies' view.
+    Under the ``bound`` policy ``bound_usage`` decides (<= ``policy.safety``), and no element
+    whose bound is zero may come out non-zero (``broken_zeros``, counted apart from the
+    usage: docs/spec.md §4); the rows' limits are still recorded, with their usage, for the
+    other policies' view.
     """
     try:
         rules = RULES[policy.rule]
@@ -110,7 +114,7 @@ def judge_output(
     by_bound = policy.rule == "bound" and bound_usage is not None and not exact
     if by_bound:
         assert bound_usage is not None
-        passed = finite and bound_usage <= policy.safety
+        passed = finite and bound_usage <= policy.safety and not broken_zeros
     return OutputMetrics(
         output=output,
         e_abs=m.e_abs,
@@ -128,6 +132,7 @@ def judge_output(
         bound_usage=bound_usage,
         limit_usage=None if exact else limit_usage(m, tol),
         usage_limit=policy.safety if by_bound else None,
+        broken_zeros=broken_zeros,
     )
 
 
@@ -142,11 +147,19 @@ def outcome_of(result: CaseResult) -> str:
     return "passed" if ok else "failed"
 
 
+def broken_zeros_text(n: int) -> str:
+    """The verdict's words for elements whose bound is zero that came out non-zero."""
+    return f"{n} element{'s' if n != 1 else ''} expected exactly 0 came out non-zero"
+
+
 def _output_line(o: OutputMetrics) -> str:
     where = "" if o.worst_index is None else f" at {o.worst_index}"
     if o.usage_limit is not None and o.bound_usage is not None:
+        zeros = f"{broken_zeros_text(o.broken_zeros)}; " if o.broken_zeros else ""
+        rest = " of the others" if o.broken_zeros else ""
         return (
-            f"{o.output}: bound usage {o.bound_usage:.3g} (allowed {o.usage_limit:.3g}), "
+            f"{o.output}: {zeros}bound usage{rest} {o.bound_usage:.3g} "
+            f"(allowed {o.usage_limit:.3g}), "
             f"max|a-r| {o.e_abs:.3g}{where}; e_rel {o.e_rel:.3g}, e_norm {o.e_norm:.3g}"
             + ("" if o.fw_rel is None else f"; torch path e_rel {o.fw_rel:.3g}")
         )
@@ -206,12 +219,15 @@ def worst(values: Iterable[float | None]) -> float | None:
 
 def output_severity(m: OutputMetrics) -> float | None:
     """How far an output is from what its verdict allowed: bound usage / safety when the
-    bound judged it, else max(e_rel/limit_rel, e_norm/limit_norm).
+    bound judged it (infinite when an element expected exactly 0 came out non-zero: no ratio
+    measures that), else max(e_rel/limit_rel, e_norm/limit_norm).
 
     Above 1 fails; comparable across dtypes and outputs, unlike raw errors. None when the
     output has no positive limit (an exact output: there is no ratio to give).
     """
     if m.usage_limit and m.bound_usage is not None:
+        if m.broken_zeros:
+            return math.inf
         return m.bound_usage / m.usage_limit
     return worst(
         e / lim

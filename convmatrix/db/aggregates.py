@@ -1,12 +1,13 @@
 """Per-run summaries for history: computed once when a run stops writing, read back cheaply.
 
-``convmatrix history`` shows, per run and output, the worst and median e_rel and e_norm of one
-input dtype. Medians need every metric row of the dtype sorted, which over a million rows takes
-seconds (benchmarks/bench_reports.py); a run's numbers never change once it stops writing, so
-they are computed then and stored in ``run_summaries`` (and the per-dtype outcome counts in
-``run_counts``). The SELECTs below are the only definition of those numbers: ``aggregate_runs``
-fills the tables from them, and ``queries.history`` runs the same SELECTs live for runs whose
-summary is missing or stale (``Run.summarised_at`` NULL: running, or written since).
+``convmatrix history`` shows, per run and output, the worst and median bound usage, e_rel and
+e_norm of one judged dtype. Medians need every metric row of the dtype sorted, which over a
+million rows takes seconds (benchmarks/bench_reports.py); a run's numbers never change once it
+stops writing, so they are computed then and stored in ``run_summaries`` (and the per-dtype
+outcome counts in ``run_counts``). The SELECTs below are the only definition of those
+numbers: ``aggregate_runs`` fills the tables from them, and ``queries.history`` runs the same
+SELECTs live for runs whose summary is missing or stale (``Run.summarised_at`` NULL: running,
+or written since).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ __all__ = [
 
 SUMMARY_COLUMNS = (
     "run_id", "x_dtype", "output", "cases", "passed", "worst_rel", "median_rel", "worst_norm",
-    "median_norm", "worst_case_id", "worst_usage",
+    "median_norm", "worst_case_id", "worst_usage", "median_usage",
 )  # fmt: skip
 COUNT_COLUMNS = ("run_id", "x_dtype", *(f"n_{o}" for o in OUTCOMES))
 
@@ -67,8 +68,11 @@ def summary_select(
     """Per (run, judged dtype, output) of ``run_ids``: the columns of ``SUMMARY_COLUMNS``.
 
     A NaN error (stored as NULL) counts as +inf: a kernel that emits NaN is the worst case.
-    Among equal worst errors the first case written is named (ties ordered by ``case_pk``), so
-    the stored and the live answer agree. ``dtype``/``output`` restrict it (history's filters).
+    Bound usage is never NaN (a non-finite output is stored as an infinite usage); NULL is a
+    row without one (written before 0003, an exact output), and its median is over the rows
+    that have one (NULL when none does). Among equal worst errors the first case written is
+    named (ties ordered by ``case_pk``), so the stored and the live answer agree.
+    ``dtype``/``output`` restrict it (history's filters).
     """
     inf = literal(math.inf, Float)
     rel = func.coalesce(MetricRow.e_rel, inf)
@@ -91,7 +95,13 @@ def summary_select(
             .over(partition_by=group, order_by=(rel, MetricRow.case_pk.desc()))
             .label("rel_rank"),
             func.row_number().over(partition_by=group, order_by=norm).label("norm_rank"),
+            # NULLs last on both backends (SQLite sorts them first by default): the ranks
+            # 1..n_usage are the rows that recorded a usage.
+            func.row_number()
+            .over(partition_by=group, order_by=MetricRow.bound_usage.asc().nulls_last())
+            .label("usage_rank"),
             func.count().over(partition_by=group).label("n"),
+            func.count(MetricRow.bound_usage).over(partition_by=group).label("n_usage"),
         )
         .where(*conditions)
         .subquery()
@@ -110,6 +120,7 @@ def summary_select(
             _median(r.norm, r.norm_rank, r.n).label("median_norm"),
             func.max(case((r.rel_rank == r.n, r.case_pk))).label("worst_pk"),
             func.max(r.usage).label("worst_usage"),
+            _median(r.usage, r.usage_rank, r.n_usage).label("median_usage"),
         )
         .group_by(r.run_id, r.x_dtype, r.output)
         .subquery()
@@ -117,9 +128,10 @@ def summary_select(
     # The worst case's id: one lookup per group rather than a join on every metric row.
     g = per_group.c
     named = (
-        *(g[c] for c in SUMMARY_COLUMNS[:-2]),
+        *(g[c] for c in SUMMARY_COLUMNS[:-3]),
         CaseRow.case_id.label("worst_case_id"),
         g.worst_usage,
+        g.median_usage,
     )
     return select(*named).join(CaseRow, CaseRow.id == g.worst_pk)
 

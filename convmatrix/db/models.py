@@ -243,6 +243,8 @@ class MetricRow(Base):
     bound_usage: Mapped[error]  # max |a-r| / bound (docs/spec.md §4); NULL before 0003
     limit_usage: Mapped[error]  # the threshold rows' usage
     usage_limit: Mapped[error]  # the bound usage allowed, when the bound judged
+    # Elements expected exactly 0 (zero bound) that came out non-zero; NULL before 0008
+    broken_zeros: Mapped[int | None]
 
 
 class PropertyRow(Base):
@@ -300,6 +302,7 @@ class RunAggregateRow(Base):
     median_norm: Mapped[error]
     worst_case_id: Mapped[hex12]
     worst_usage: Mapped[error]  # the largest bound usage (NULL: none recorded)
+    median_usage: Mapped[error]  # the median over the rows that recorded one (0008)
 
 
 class RunCountRow(Base):

@@ -301,6 +301,7 @@ class OutputStats:
     median_norm: float
     worst_case_id: str  # the case with the largest e_rel
     worst_usage: float | None = None  # the largest bound usage (None: no bound recorded)
+    median_usage: float | None = None  # over the cases that recorded one
 
     @property
     def pass_rate(self) -> float:
@@ -368,7 +369,7 @@ def history(
     rows = session.execute(
         select(c.run_id, Run.started_at, Run.kernel, Run.kernel_commit, Run.label)
         .add_columns(Run.device_kind, c.output, c.cases, c.passed, c.worst_rel, c.median_rel)
-        .add_columns(c.worst_norm, c.median_norm, c.worst_case_id, c.worst_usage)
+        .add_columns(c.worst_norm, c.median_norm, c.worst_case_id, c.worst_usage, c.median_usage)
         .join(Run, Run.id == c.run_id)
         .where(*conditions)
     )
@@ -377,10 +378,12 @@ def history(
     points = [
         HistoryPoint(
             run_id, _aware(started), kernel, commit, label, device, out,
-            OutputStats(n, int(n_passed), *(_float(v) for v in errors), worst_case, usage),
+            OutputStats(
+                n, int(n_passed), *(_float(v) for v in errors), worst_case, usage, median_usage
+            ),
         )
         for run_id, started, kernel, commit, label, device, out, n, n_passed, *errors, worst_case,
-        usage in rows
+        usage, median_usage in rows
     ]  # fmt: skip
     rank = {name: i for i, name in enumerate(OUTPUTS)}
     points.sort(key=lambda p: (p.started_at, p.run_id, rank.get(p.output, len(rank)), p.output))

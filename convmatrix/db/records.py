@@ -88,7 +88,7 @@ def _plain(value: Any) -> Any:
 def _column(value: Any) -> Any:
     """A record field as its column takes it: numbers plain (NaN as NULL), lists of ints."""
     value = _plain(value)
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, (bool, str, int)):
         return value
     if isinstance(value, (list, tuple)):
         return [int(i) for i in value]

@@ -1,5 +1,6 @@
-"""The history report's charts: one per output (worst and median e_rel and e_norm) and one
-for the pass rate, over the runs in time order, failing runs shaded."""
+"""The history report's charts: one per output (its worst and median bound usage per run, with
+the verdict's safety line; worst and median e_rel and e_norm where no run recorded a usage)
+and one for the pass rate, over the runs in time order, failing runs shaded."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from convmatrix.reports.svg import Series, line_chart
 
 __all__ = ["history_charts"]
 
+_USAGE = (("worst usage", "worst_usage", False), ("median usage", "median_usage", True))
 _STATS = (
     ("worst e_rel", "worst_rel", False),
     ("median e_rel", "median_rel", True),
@@ -18,29 +20,46 @@ _STATS = (
 )
 
 
-def _tip(run: HistoryRun, what: str, value: float) -> str:
+def _tip(run: HistoryRun, what: str, value: float, extra: str = "") -> str:
     where = f"run {run.run_id} @ {run.commit or run.label or '-'} ({run.started_at})"
-    return f"{where}: {what} {value:.3g}"
+    return f"{where}: {what} {value:.3g}{extra}"
+
+
+def _uses_usage(view: HistoryView, output: str) -> bool:
+    return any(
+        (s := run.outputs.get(output)) is not None and s.worst_usage is not None
+        for run in view.runs
+    )
 
 
 def history_charts(view: HistoryView) -> list[Markup]:
-    """SVG charts for ``view``: errors per output (log scale), then the pass rate."""
+    """SVG charts for ``view``: bound usage per output (log scale, the safety line drawn),
+    then the pass rate."""
     labels = [run.tag for run in view.runs]
     marks = [run.failing for run in view.runs]
     charts = []
     for output in view.outputs:
+        usage = _uses_usage(view, output)
         series = []
-        for name, attr, dashed in _STATS:
+        for name, attr, dashed in _USAGE if usage else _STATS:
             values: list[float | None] = []
             tips: list[str] = []
             for run in view.runs:
                 stats = run.outputs.get(output)
                 value = getattr(stats, attr) if stats else None
                 values.append(value)
-                tips.append(_tip(run, name, value) if value is not None else "")
+                extra = ""
+                if usage and stats is not None and attr == "worst_usage":
+                    extra = f" (worst e_rel {stats.worst_rel:.3g})"
+                tips.append(_tip(run, name, value, extra) if value is not None else "")
             series.append(Series(name, values, dashed=dashed, tips=tips))
-        title = f"{view.dtype} {output}: errors per run"
-        charts.append(line_chart(title, labels, series, marks=marks))
+        if usage:
+            title = f"{view.dtype} {output}: bound usage per run"
+            guides = [(f"safety x{view.safety:g}", view.safety)]
+            charts.append(line_chart(title, labels, series, marks=marks, guides=guides))
+        else:
+            title = f"{view.dtype} {output}: errors per run (no bound usage recorded)"
+            charts.append(line_chart(title, labels, series, marks=marks))
     rates = [run.pass_rate for run in view.runs]
     tips = [
         _tip(r, "pass rate", v) if v is not None else ""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 
 from sqlalchemy.orm import Session
 
+from convmatrix.compare.errors import Declared
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
 from convmatrix.compare.timing.history import HistoryRule, TimingHistory, history_regressions
 from convmatrix.core.records import CaseResult
@@ -33,8 +34,10 @@ def build_diff(
     head_results: Sequence[CaseResult],
     options: DiffOptions | None = None,
 ) -> DiffView:
-    """``compare_runs`` of the two runs, shown under their headers."""
-    compared = compare_runs(base_results, head_results, options)
+    """``compare_runs`` of the two runs, shown under their headers (which say what arithmetic
+    each kernel declared: the usage compares only under one)."""
+    declared = (Declared.of(base.arithmetic), Declared.of(head.arithmetic))
+    compared = compare_runs(base_results, head_results, options, declared=declared)
     sections = {f.name: getattr(compared, f.name) for f in fields(RunComparison)}
     return DiffView(**sections, base=base, head=head)
 
@@ -74,6 +77,16 @@ def diff_runs(
     return view
 
 
+def _rule(view: DiffView) -> str:
+    """The error rule the comparison used, in a few words."""
+    options = view.options
+    floors = "".join(f", {d} {f:g}" for d, f in options.get("floors", {}).items())
+    return (
+        f"bound usage x{options['factor']:g} above {options['floor']:g}{floors}; "
+        f"e_rel/e_norm x{options['fallback_factor']:g} where usage cannot judge"
+    )
+
+
 def diff_text(view: DiffView, limit: int = 10) -> str:
     """The text summary printed on stdout: counts per section and the first few entries."""
     lines = [
@@ -82,7 +95,7 @@ def diff_text(view: DiffView, limit: int = 10) -> str:
         f"  new failures: {len(view.new_failures)}  fixed: {len(view.fixed)}  "
         f"still failing: {len(view.still_failing)}  newly skipped: {len(view.newly_skipped)}",
         f"  error regressions: {len(view.error_regressions)}  "
-        f"error improvements: {len(view.error_improvements)}  (factor {view.options['factor']})",
+        f"error improvements: {len(view.error_improvements)}  ({_rule(view)})",
         f"  timing regressions: {len(view.timing.regressions)}  "
         f"improvements: {len(view.timing.improvements)}  "
         f"not enough samples: {len(view.timing.not_enough_samples)}",
@@ -93,10 +106,7 @@ def diff_text(view: DiffView, limit: int = 10) -> str:
         was = c.base_outcome or "not in base"
         lines.append(f"  NEW FAILURE  {c.name} ({was} -> {c.head_outcome})")
     for e in view.error_regressions[:limit]:
-        lines.append(
-            f"  REGRESSION   {e.name} {e.output}: e_rel {e.base_rel:.3g} -> {e.head_rel:.3g}, "
-            f"e_norm {e.base_norm:.3g} -> {e.head_norm:.3g}"
-        )
+        lines.append(f"  REGRESSION   {e.name} {e.output}: {e.text()}")
     if view.timing.drift is not None:
         drift = view.timing.drift
         lines.append(f"  machine drift (framework path, median over cases): x{drift:.3f}")

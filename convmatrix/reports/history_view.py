@@ -1,7 +1,8 @@
 """How one dtype's errors moved over time: one entry per run, oldest first.
 
-The numbers come from the database (``convmatrix.db.history``: worst and median e_rel and
-e_norm per run and output, computed with GROUP BY and window functions), plus one small GROUP BY
+The numbers come from the database (``convmatrix.db.history``: worst and median bound usage,
+e_rel and e_norm per run and output, computed with GROUP BY and window functions; the charts
+draw the usage against the verdict's safety factor), plus one small GROUP BY
 over cases for each run's case count and pass rate at that dtype. Nothing here scans metric
 rows in Python; this module only arranges the aggregates for tables, CSV, JSON and charts.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from convmatrix.core.bounds import DEFAULT_SAFETY
 from convmatrix.core.dtypes import parse_case_dtype
 from convmatrix.core.errors import UsageError
 from convmatrix.core.tolerances import OUTPUTS
@@ -69,6 +71,7 @@ class HistoryView:
     database: str
     outputs: list[str]
     runs: list[HistoryRun]
+    safety: float = DEFAULT_SAFETY  # the usage the default policy allows: the charts' line
 
 
 def parse_since(text: str | None) -> datetime | None:
@@ -157,8 +160,8 @@ def build_history_view(
 
 FLAT_COLUMNS = (
     "run_id", "started_at", "kernel", "commit", "label", "run_cases", "run_pass_rate",
-    "output", "cases", "passed", "worst_rel", "median_rel", "worst_norm", "median_norm",
-    "worst_usage",
+    "output", "cases", "passed", "worst_usage", "median_usage", "worst_rel", "median_rel",
+    "worst_norm", "median_norm",
 )  # fmt: skip
 
 
@@ -179,11 +182,12 @@ def flat_rows(view: HistoryView) -> list[dict[str, Any]]:
                     "output": output,
                     "cases": s.cases,
                     "passed": s.passed,
+                    "worst_usage": s.worst_usage,
+                    "median_usage": s.median_usage,
                     "worst_rel": s.worst_rel,
                     "median_rel": s.median_rel,
                     "worst_norm": s.worst_norm,
                     "median_norm": s.median_norm,
-                    "worst_usage": s.worst_usage,
                 }
             )
     return rows

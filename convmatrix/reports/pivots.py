@@ -1,4 +1,5 @@
-"""Pass rate and worst error per output, grouped by one or two matrix dimensions.
+"""Pass rate and worst bound usage per output, grouped by one or two matrix dimensions (e_rel
+and e_norm beside it; they stand in for it only where a run recorded no usage).
 
 A pivot turns thousands of cases into a handful of rows where a pattern stands out: every row
 of ``seqlen x layout`` passes except ``tile+1 / channel_last``. Only cases judged
@@ -31,6 +32,7 @@ class PivotRow:
     worst_rel: dict[str, float | None] = field(default_factory=dict)  # output -> max e_rel
     worst_norm: dict[str, float | None] = field(default_factory=dict)
     worst_severity: dict[str, float | None] = field(default_factory=dict)  # max error/limit
+    worst_usage: dict[str, float | None] = field(default_factory=dict)  # max bound usage
 
 
 @dataclass
@@ -55,7 +57,8 @@ class _Prepared:
 
     labels: dict[str, str]
     outcome: int  # 0 passed, 1 bad, 2 skipped
-    metrics: list[tuple[str, float, float, float | None]]  # output, e_rel, e_norm, severity
+    # output, e_rel, e_norm, severity, bound usage
+    metrics: list[tuple[str, float, float, float | None, float | None]]
 
 
 def _prepare(
@@ -70,7 +73,10 @@ def _prepare(
             _Prepared(
                 labels={d: DIMENSIONS[d](result.case, geometry) for d in dims},
                 outcome=outcome,
-                metrics=[(m.output, m.e_rel, m.e_norm, output_severity(m)) for m in result.outputs],
+                metrics=[
+                    (m.output, m.e_rel, m.e_norm, output_severity(m), m.bound_usage)
+                    for m in result.outputs
+                ],
             )
         )
     return prepared
@@ -94,13 +100,14 @@ def _pivot(dims: Sequence[str], prepared: Sequence[_Prepared]) -> Pivot:
             group = groups[key] = ([0, 0, 0], {})
         group[0][item.outcome] += 1
         worst_by_output = group[1]
-        for output, e_rel, e_norm, sev in item.metrics:
+        for output, e_rel, e_norm, sev, usage in item.metrics:
             acc = worst_by_output.get(output)
             if acc is None:
-                acc = worst_by_output[output] = [None, None, None]
+                acc = worst_by_output[output] = [None, None, None, None]
             _bump(acc, 0, e_rel)
             _bump(acc, 1, e_norm)
             _bump(acc, 2, sev)
+            _bump(acc, 3, usage)
     rows = []
     for key in sorted(groups, key=lambda k: _sort_key(dims, k)):
         (passed, bad, skipped), worst = groups[key]
@@ -111,6 +118,7 @@ def _pivot(dims: Sequence[str], prepared: Sequence[_Prepared]) -> Pivot:
                 worst_rel={o: w[0] for o, w in worst.items()},
                 worst_norm={o: w[1] for o, w in worst.items()},
                 worst_severity={o: w[2] for o, w in worst.items()},
+                worst_usage={o: w[3] for o, w in worst.items()},
             )
         )  # fmt: skip
     seen = {o for row in rows for o in row.worst_rel}

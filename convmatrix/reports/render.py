@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from convmatrix.core import __version__
+from convmatrix.core.bounds import DEFAULT_SAFETY
 from convmatrix.core.errors import UsageError
 from convmatrix.reports.charts import history_charts
 from convmatrix.reports.formatting import fmt_num, fmt_pct, fmt_secs, raw_value
@@ -51,6 +52,14 @@ def severity_class(value: float | None) -> str:
     if math.isnan(value):
         return "sev-nan"
     return "sev-ok" if value <= 0.5 else "sev-warn" if value <= 1 else "sev-bad"
+
+
+def usage_class(usage: float | None, safety: float | None = None) -> str:
+    """CSS class of a bound usage against the safety factor it is judged by (the default
+    policy's, 2, unless given): yellow above half of it, red above it."""
+    if usage is None:
+        return ""
+    return severity_class(usage / (safety or DEFAULT_SAFETY))
 
 
 def rate_class(value: float | None) -> str:
@@ -85,7 +94,7 @@ def _environment() -> Environment:
     )
     env.filters.update(
         num=fmt_num, pct=fmt_pct, secs=fmt_secs, raw=raw_value, sev=severity_class,
-        rate=rate_class, numcell=num_cell, badge=badge,
+        rate=rate_class, numcell=num_cell, badge=badge, usage_sev=usage_class,
     )  # fmt: skip
     env.globals.update(
         css=Markup(_static("report.css")),  # our own files, not data: safe to inline

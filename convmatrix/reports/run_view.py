@@ -15,7 +15,7 @@ from typing import Any
 
 from convmatrix.core.case import Case
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult, OutputMetrics
-from convmatrix.core.verdict import case_severity, judged_dtype, output_severity
+from convmatrix.core.verdict import case_severity, judged_dtype, output_severity, worst
 from convmatrix.reports.explain import Explanation, explain
 from convmatrix.reports.pivots import Pivot, build_pivots
 from convmatrix.reports.timing_view import PerformanceSection, build_performance_section
@@ -54,6 +54,7 @@ class OutputLine:
     bound_usage: float | None = None  # max |a-r| / bound (docs/spec.md §4)
     usage_limit: float | None = None  # the usage allowed when the bound judged
     dtype: str | None = None  # the dtype the output is judged in (core.verdict.judged_dtype)
+    broken_zeros: int | None = None  # elements expected exactly 0 that came out non-zero
 
 
 @dataclass
@@ -69,6 +70,11 @@ class CaseLine:
     failed_properties: list[dict[str, Any]]
     severity: float  # how far past its limit the worst failing output is (inf: no numbers)
     rerun: str
+    # The one measure of the header: the largest bound usage of the failing outputs the bound
+    # judged, what they were allowed, and their elements expected exactly 0 that are not.
+    worst_usage: float | None = None
+    usage_limit: float | None = None
+    broken_zeros: int = 0
 
 
 @dataclass
@@ -134,6 +140,7 @@ def output_line(m: OutputMetrics, case: Case | None = None) -> OutputLine:
         bound_usage=m.bound_usage,
         usage_limit=m.usage_limit,
         dtype=None if case is None else judged_dtype(m.output, case),
+        broken_zeros=m.broken_zeros,
     )
 
 
@@ -157,6 +164,7 @@ def _case_line(run: RunHeader, result: CaseResult) -> CaseLine:
         (output_line(m, result.case) for m in result.outputs),
         key=lambda o: (o.passed, -(o.severity or 0.0)),
     )
+    by_bound = [m for m in result.outputs if not m.passed and m.usage_limit is not None]
     return CaseLine(
         case_id=result.case.id,
         name=result.case.pytest_id,
@@ -169,6 +177,9 @@ def _case_line(run: RunHeader, result: CaseResult) -> CaseLine:
         ],
         severity=case_severity(result),
         rerun=rerun_command(run, [result.case.id]),
+        worst_usage=worst(m.bound_usage for m in by_bound),
+        usage_limit=max((m.usage_limit for m in by_bound if m.usage_limit), default=None),
+        broken_zeros=sum(m.broken_zeros or 0 for m in by_bound),
     )
 
 

@@ -64,10 +64,12 @@ def line_chart(
     log_y: bool = True,
     marks: Sequence[bool] = (),
     mark_label: str = "failing run",
+    guides: Sequence[tuple[str, float]] = (),
 ) -> Markup:
-    """An SVG chart of ``series`` over ``x_labels``; ``marks[i]`` shades x position i in red."""
+    """An SVG chart of ``series`` over ``x_labels``; ``marks[i]`` shades x position i in red;
+    ``guides`` are horizontal lines (label, y), such as the verdict's limit, always in range."""
     n = max(len(x_labels), 1)
-    lo, hi = _y_range(series, log_y)
+    lo, hi = _y_range([*series, Series("", [y for _, y in guides])], log_y)
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
     def x_at(i: int) -> float:
@@ -106,6 +108,14 @@ def line_chart(
                 f'transform="rotate(-30 {x_at(i):.1f} {_TOP + plot_h + 14})">'
                 f"{escape(label[:14])}</text>"
             )
+    for label, value in guides:
+        y = y_at(value)
+        out.append(
+            f'<g class="guide" data-value="{value!r}"><line x1="{_LEFT}" x2="{_LEFT + plot_w}" '
+            f'y1="{y:.1f}" y2="{y:.1f}" stroke="#c53030" stroke-dasharray="2 3"/>'
+            f'<text x="{_LEFT + plot_w + 4}" y="{y + 4:.1f}" fill="#c53030">{escape(label)}'
+            f"</text><title>{escape(label)}</title></g>"
+        )
     for k, s in enumerate(series):
         out.extend(_series_svg(k, s, x_at, y_at, plot_w))
     out.append(

@@ -55,6 +55,9 @@ class RunHeader:
     shards_missing: list[str] = field(default_factory=list)  # "2/4 never started", ...
     retried: int = 0  # cases resubmitted (lost actor or node, crash confirmed elsewhere)
     lost: int = 0  # cases given up after repeated lost nodes (outcome ``lost``, "lost node")
+    # the kernel's declared arithmetic as the run recorded it (None: recorded none); the
+    # bound, so the usage, follows it
+    arithmetic: dict[str, Any] | None = None
 
     @property
     def title(self) -> str:
@@ -135,6 +138,7 @@ def run_header(
         geometry=dict(run.geometry) if run.geometry else None,
         database=redact_url(url),
         kernel_spec=options.get("kernel_spec") or run.kernel,
+        arithmetic=options.get("arithmetic"),
         matrix_source=sources[0] if len(sources) == 1 else run.matrix,
         counts=counts,
         n_cases=n,

@@ -1,17 +1,22 @@
 """Bound usage of one output: the bound model (``convmatrix.core.bounds``) applied to the
 reference's magnitudes, with the arithmetic the kernel declares (docs/spec.md §4).
 
-``usage = max_i |a_i - r_i| / bound_i``; 0/0 counts as 0 (an exact zero where nothing was
-accumulated), x/0 and a non-finite output as infinite.
+``usage = max_i |a_i - r_i| / bound_i`` over the elements whose bound is not zero; a
+non-finite output counts as infinite. An element whose bound is zero (nothing but the output
+dtype's subnormal floor ``eta``: the expected value and everything it is built from are zero,
+so the only right answer is exactly 0) is not a ratio: one that comes out non-zero is
+counted (``Usage.broken_zeros``) and fails the verdict by itself, rather than showing as a
+usage of 1e+43 (``|a_i| / eta``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
-from convmatrix.core.bounds import Arithmetic, Magnitudes
+from convmatrix.core.bounds import TINY, Arithmetic, Magnitudes
 from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.dtypes import coarser
@@ -19,7 +24,7 @@ from convmatrix.core.tolerances import Policy
 from convmatrix.core.verdict import judged_dtype
 from convmatrix.runners.metrics import abs_diff
 
-__all__ = ["arithmetic", "bound_of", "bound_usage"]
+__all__ = ["Usage", "arithmetic", "bound_of", "bound_usage", "usage_of", "zero_floor"]
 
 F64 = torch.float64
 
@@ -61,11 +66,50 @@ def bound_of(
     return policy.model.bound(r, m, arithmetic(contract, case, output))
 
 
+def zero_floor(case: Case, output: str) -> float:
+    """``eta``: half the subnormal step of the dtype ``output`` is judged in, the bound of an
+    element whose expected value and magnitudes are all zero (0 for float64)."""
+    return TINY[judged_dtype(output, case)]
+
+
+class Usage(NamedTuple):
+    """The bound usage of one output (or one block of it)."""
+
+    usage: float  # max |a_i - r_i| / bound_i over the elements whose bound is not zero
+    broken_zeros: int  # elements whose bound is zero (expected exactly 0) that are not 0
+
+
+def usage_of(
+    a: torch.Tensor,
+    r: torch.Tensor,
+    bound: torch.Tensor,
+    eta: float = 0.0,
+    *,
+    diff: torch.Tensor | None = None,
+) -> Usage:
+    """The usage of ``a`` against ``r`` under ``bound``, with the zero-bound elements
+    (``bound_i <= eta``) counted apart: such an element is right only when it is exactly 0
+    (then ``|a_i - r_i| = |r_i| < eta``); any non-zero value (at least the output dtype's
+    smallest subnormal, twice ``eta``) or non-finite value is counted and left out of the
+    maximum. ``diff``: ``abs_diff(a, r)`` when the caller has it already."""
+    if r.numel() == 0:
+        return Usage(0.0, 0)
+    if diff is None:
+        diff = abs_diff(a, r)
+    if float(bound.min()) > eta:  # the common case: one division, no masks
+        return Usage(float(torch.div(diff, bound).max()), 0)
+    zero = bound <= eta
+    broken = int(torch.logical_and(zero, diff > eta).sum())
+    ratio = torch.where(zero, 0.0, diff / torch.where(zero, 1.0, bound))
+    return Usage(float(ratio.max()), broken)
+
+
 def bound_usage(
     a: torch.Tensor, r: torch.Tensor, bound: torch.Tensor, *, diff: torch.Tensor | None = None
 ) -> float:
-    """max_i |a_i - r_i| / bound_i (0 for an empty output); ``diff``: ``abs_diff(a, r)`` when
-    the caller has it already."""
+    """max_i |a_i - r_i| / bound_i (0 for an empty output), every element a ratio: x/0 and a
+    non-finite output are infinite, 0/0 is 0. For two outputs of one kernel that must agree
+    within a bound (``runners.properties``); an output against the reference: ``usage_of``."""
     if r.numel() == 0:
         return 0.0
     if diff is None:

@@ -267,6 +267,16 @@ class Setup:
         return controller
 
 
+def declared_arithmetic(kernel: Any) -> dict[str, Any]:
+    """The kernel's declared arithmetic (``Capabilities``), as a run records it."""
+    caps = kernel.capabilities
+    return {
+        "accumulate": caps.accumulate,
+        "intermediate": caps.intermediate,
+        "deterministic": bool(caps.deterministic),
+    }
+
+
 def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
     """What identifies the run in the store (kernel and its commit, matrix, device, versions)."""
     name, digest = combined_identity(list(prepared.workloads.values()))
@@ -300,6 +310,9 @@ def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
             "policy": prepared.rule,  # the rule --policy chose (None: the matrix's)
             "reference_device": prepared.reference_device,
             "reference_cache": prepared.reference_cache is not None,
+            # what the kernel declared its arithmetic to be: the bound, so the bound usage,
+            # follows it (compare.errors compares usage only under one declaration)
+            "arithmetic": declared_arithmetic(prepared.kernel),
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,

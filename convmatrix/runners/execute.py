@@ -24,7 +24,7 @@ from convmatrix.core.tolerances import OUTPUTS, PARAM_GRADS, Policy, Tolerances
 from convmatrix.core.verdict import judge_output, outcome_of, tolerance_for
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
-from convmatrix.runners.bounds import bound_of, bound_usage
+from convmatrix.runners.bounds import bound_of, usage_of, zero_floor
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
 from convmatrix.runners.interrupts import is_real_interrupt, kernel_crash_message
 from convmatrix.runners.invoke import (
@@ -188,6 +188,7 @@ def _metrics(
     sums: dict[str, ErrorSums] = {}
     fw_sums: dict[str, ErrorSums] = {}
     usage: dict[str, float] = {}
+    zeros: dict[str, int] = {}  # elements expected exactly 0 that came out non-zero
     reference = reference_blocks(
         case, inputs, blocks, device=ctx.reference_device, cache=ctx.reference_cache
     )
@@ -205,7 +206,9 @@ def _metrics(
                 fw_sums[name].add(block, channels_of(fw[name], block, dim), r, None)
             if name in mags:
                 bound = bound_of(r, mags[name], ctx.kernel.capabilities, case, name, ctx.policy)
-                usage[name] = max(usage.get(name, 0.0), bound_usage(a, r, bound, diff=diff))
+                got_usage = usage_of(a, r, bound, zero_floor(case, name), diff=diff)
+                usage[name] = max(usage.get(name, 0.0), got_usage.usage)
+                zeros[name] = zeros.get(name, 0) + got_usage.broken_zeros
     judged = []
     for name, s in sums.items():
         m = s.metrics(got[name], ctx.policy.tau_scale)
@@ -216,9 +219,11 @@ def _metrics(
             fm = m
         tol = tolerance_for(ctx.tolerances, case, name)
         is_exact = exact and name in _EXACT
-        judged.append(
-            judge_output(name, m, fm, tol, ctx.policy, exact=is_exact, bound_usage=usage.get(name))
-        )
+        verdict = judge_output(
+            name, m, fm, tol, ctx.policy, exact=is_exact, bound_usage=usage.get(name),
+            broken_zeros=zeros.get(name),
+        )  # fmt: skip
+        judged.append(verdict)
     referenced = phases.seconds.get("reference", 0.0) - before
     phases.add("metrics", time.perf_counter() - start - referenced)
     return judged

@@ -63,13 +63,14 @@ def judge_rerun(
     """(confirmed, flaky): each regression's key flagged again, or not, by the comparison of
     its last good run with the rerun. The states are set, with events by ``confirm``."""
     options = options or DiffOptions()
+    rerun = resolve_run(session, rerun_id)
     results = load_results(session, rerun_id)
     flagged: dict[int | None, set] = {}
     confirmed, flaky = [], []
     for reg in regressions:
         if reg.last_good_run not in flagged:
             good = resolve_run(session, reg.last_good_run) if reg.last_good_run else None
-            view = compare_against(session, good, results, options)
+            view = compare_against(session, good, rerun, results, options)
             flagged[reg.last_good_run] = flagged_keys(view)
         again = reg.key in flagged[reg.last_good_run]
         state = "confirmed" if again else "flaky"

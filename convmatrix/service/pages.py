@@ -79,6 +79,9 @@ class CaseRun:
     message: str | None
     e_rel: dict[str, float | None]  # output -> e_rel (None: NaN)
     e_norm: dict[str, float | None]
+    usage: dict[str, float | None] = field(default_factory=dict)  # output -> bound usage
+    usage_limit: dict[str, float | None] = field(default_factory=dict)  # allowed, if judged
+    broken_zeros: dict[str, int | None] = field(default_factory=dict)  # expected 0, non-zero
 
 
 @dataclass
@@ -173,7 +176,8 @@ def _value(v: float | None) -> float | None:
 def case_page(
     session: Session, url: str, case_id: str, kernel: str | None = None
 ) -> CaseHistoryView:
-    """One case (id or unique prefix) in every run that holds it, oldest first."""
+    """One case (id or unique prefix) in every run that holds it, oldest first: per output its
+    bound usage (what it was allowed, its elements expected 0 that were not) beside e_rel."""
     query = (
         select(CaseRow.id, CaseRow.case_id, CaseRow.run_id, CaseRow.outcome, CaseRow.message)
         .join(Run, Run.id == CaseRow.run_id)
@@ -192,7 +196,8 @@ def case_page(
     metrics: dict[int, list[Any]] = {}
     pks = [r.id for r in rows]
     for m in session.execute(
-        select(MetricRow.case_pk, MetricRow.output, MetricRow.e_rel, MetricRow.e_norm)
+        select(MetricRow.case_pk, MetricRow.output, MetricRow.e_rel, MetricRow.e_norm,
+               MetricRow.bound_usage, MetricRow.usage_limit, MetricRow.broken_zeros)
         .where(MetricRow.case_pk.in_(pks)).order_by(MetricRow.id)
     ):  # fmt: skip
         metrics.setdefault(m.case_pk, []).append(m)
@@ -206,6 +211,9 @@ def case_page(
             device=info.device_kind, started_at=_iso(info.started_at), outcome=row.outcome,
             message=row.message, e_rel={m.output: _value(m.e_rel) for m in ms},
             e_norm={m.output: _value(m.e_norm) for m in ms},
+            usage={m.output: _value(m.bound_usage) for m in ms},
+            usage_limit={m.output: _value(m.usage_limit) for m in ms},
+            broken_zeros={m.output: m.broken_zeros for m in ms},
         ))  # fmt: skip
     newest = resolve_run(session, runs[-1].run_id)
     result = next(r for r in load_results(session, newest.id) if r.case.id == full_id)

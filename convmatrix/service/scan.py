@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
+from convmatrix.compare.errors import Declared
 from convmatrix.compare.findings import Finding, findings
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
@@ -83,12 +84,30 @@ def _newer_run(session: Session, run: RunInfo) -> int | None:
     )  # fmt: skip
 
 
+def declared_pair(base: RunInfo | None, head: RunInfo) -> tuple[Declared | None, ...]:
+    """What the two runs' kernels declared their arithmetic to be (usage compares only under
+    one bound: ``compare.errors``)."""
+    return tuple(
+        Declared.of(run.options.get("arithmetic")) if run is not None else None
+        for run in (base, head)
+    )
+
+
 def compare_against(
-    session: Session, base: RunInfo | None, head_results: list[CaseResult], options: DiffOptions
+    session: Session,
+    base: RunInfo | None,
+    head: RunInfo,
+    head_results: list[CaseResult],
+    options: DiffOptions,
 ) -> RunComparison:
-    """A run's results against run ``base``; no base: every bad case is new."""
+    """Run ``head``'s results against run ``base``; no base: every bad case is new."""
     base_results = load_results(session, base.id) if base is not None else []
-    return compare_runs(base_results, head_results, options)
+    return compare_runs(
+        base_results,
+        head_results,
+        options,
+        declared=declared_pair(base, head),  # type: ignore[arg-type]
+    )
 
 
 def flagged_keys(compared: RunComparison) -> set[tuple[str, str]]:
@@ -188,7 +207,7 @@ def _close_fixed(
             still += [plain(row) for row in group]
             continue
         good = resolve_run(session, good_id) if good_id is not None else None
-        flagged = flagged_keys(compare_against(session, good, results, options))
+        flagged = flagged_keys(compare_against(session, good, run, results, options))
         for row in group:
             if outcome[row.case_id] != "passed" or (row.case_id, row.kind) in flagged:
                 still.append(plain(row))
@@ -224,7 +243,7 @@ def _reopen_still_bad(
     reopened = []
     for good_id, group in by_good.items():
         good = resolve_run(session, good_id) if good_id is not None else None
-        compared = compare_against(session, good, results, options)
+        compared = compare_against(session, good, run, results, options)
         again = findings(compared, _by_id(results), _by_id(
             load_results(session, good_id) if good_id is not None else []))  # fmt: skip
         for row in group:
@@ -256,7 +275,12 @@ def scan_run(
     base = baseline_run(session, run)
     results = load_results(session, run.id)
     base_results = load_results(session, base.id) if base is not None else []
-    compared = compare_runs(base_results, results, options)
+    compared = compare_runs(
+        base_results,
+        results,
+        options,
+        declared=declared_pair(base, run),  # type: ignore[arg-type]
+    )
     found = findings(compared, _by_id(results), _by_id(base_results))
     scan = ScanResult(run.id, base.id if base else None, compared=compared)
     known = _lineage_rows(session, run)

@@ -17,6 +17,16 @@ they would in a kernel whose FP32 path is right; each declares the default arith
 | ``Bf16Products`` | every product w_k x_{t-k} rounded to bfloat16 before the FP32 sum |
 
 ``benchmarks/bench_bounds.py --defects`` says which policy catches each on which matrix.
+
+``SUBTLE`` holds a defect that stays under its bound, so its cases pass; only the
+error-regression rule can notice it (docs/regression-rule.md):
+
+- ``ChoppedRunningSum``: dw/db accumulated token by token in FP32 with every add rounded
+  toward zero (an accumulator without round-to-nearest), at every dtype.
+
+Its rounding errors all point toward zero instead of averaging out: on the benchmark's cases
+(nightly, and B*L up to 16384 in ``benchmarks/long_reductions.matrix.yaml``) its fp32 dw uses
+up to 0.46 of the bound, a hundred to a few thousand times what the honest kernel uses.
 """
 
 from __future__ import annotations
@@ -33,7 +43,9 @@ from convmatrix.kernels.oracle.semantics import (
 
 __all__ = [
     "DEFECTS",
+    "SUBTLE",
     "Bf16Products",
+    "ChoppedRunningSum",
     "Fp32Kernel",
     "HalfAccumulation",
     "HalfRunningSum",
@@ -261,6 +273,28 @@ class Bf16Products(Fp32Kernel):
         return z.add_(_round(tap * w, torch.bfloat16))
 
 
+def _chop(exact: torch.Tensor) -> torch.Tensor:
+    """Float64 values rounded toward zero to FP32 (truncated, where FP32 adds round to
+    nearest)."""
+    r = exact.to(F32)
+    over = r.double().abs() > exact.abs()
+    return torch.where(over, torch.nextafter(r, torch.zeros_like(r)), r)
+
+
+class ChoppedRunningSum(Fp32Kernel):
+    """dw/db accumulated token by token in FP32, each add rounded toward zero (the float64
+    sum of two FP32 values is exact, then truncated)."""
+
+    name = "chopped_running_sum"
+
+    def reduce(self, terms, half):
+        flat = terms.transpose(0, 1).reshape(terms.shape[1], -1)
+        acc = flat.new_zeros(flat.shape[0])
+        for i in range(flat.shape[1]):
+            acc = _chop(acc.double() + flat[:, i].double())
+        return acc
+
+
 DEFECTS = {
     "HalfAccumulation": HalfAccumulation,
     "HalfTanhSilu": HalfTanhSilu,
@@ -269,3 +303,5 @@ DEFECTS = {
     "HalfRunningSum": HalfRunningSum,
     "Bf16Products": Bf16Products,
 }
+
+SUBTLE = {"ChoppedRunningSum": ChoppedRunningSum}
