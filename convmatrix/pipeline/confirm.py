@@ -35,6 +35,7 @@ from convmatrix.pipeline.steps import RunState, execute, prepare, walk
 from convmatrix.runners.controller import load_kernel
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.provenance import KernelIdentity, kernel_identity
+from convmatrix.service.bisect import git
 from convmatrix.service.confirm import Confirmation, judge_rerun, pending
 
 __all__ = ["confirm", "confirm_run", "rerun_device"]
@@ -86,16 +87,6 @@ def _stands_at(run: RunInfo, identity: KernelIdentity) -> str | None:
     return None
 
 
-def _git(where: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=120
-    )
-    if done.returncode != 0:
-        reason = (done.stderr or done.stdout).strip().splitlines()
-        raise UsageError(f"git {' '.join(args)}: {reason[-1] if reason else 'failed'}")
-    return done.stdout.strip()
-
-
 @contextmanager
 def _worktree(identity: KernelIdentity, commit: str) -> Iterator[Path]:
     """A temporary worktree of the kernel's repository at ``commit``; yields the directory
@@ -103,12 +94,12 @@ def _worktree(identity: KernelIdentity, commit: str) -> Iterator[Path]:
     if identity.path is None:
         raise UsageError(f"--checkout: the kernel's module {identity.module} has no file")
     source = Path(identity.path).resolve()
-    top = Path(_git(source.parent, "rev-parse", "--show-toplevel"))
+    top = Path(git(source.parent, "rev-parse", "--show-toplevel").stdout.strip())
     depth = len(identity.module.split(".")) - (0 if source.name == "__init__.py" else 1)
     root = source.parents[depth] if depth < len(source.parents) else source.parent
     scratch = Path(tempfile.mkdtemp(prefix="convmatrix-confirm-"))
     tree = scratch / "worktree"
-    _git(top, "worktree", "add", "--detach", str(tree), commit)
+    git(top, "worktree", "add", "--detach", str(tree), commit)
     try:
         yield tree / root.relative_to(top)
     finally:

@@ -33,6 +33,7 @@ __all__ = [
     "BisectResult",
     "BisectStep",
     "bisect",
+    "git",
     "plan_bisection",
     "record_result",
     "step_script",
@@ -70,7 +71,9 @@ class BisectResult:
     log: str = ""
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``git -C repo ARGS``; with ``check``, a failure is a ``UsageError`` with git's last
+    words (the kernel's repository is the user's input)."""
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     if check and done.returncode != 0:
         reason = (done.stderr or done.stdout).strip().splitlines()
@@ -107,21 +110,21 @@ def step_script(request: BisectRequest) -> str:
 def bisect(request: BisectRequest) -> BisectResult:
     """Run ``git bisect`` between ``good`` and ``bad`` in ``repo``; the first bad commit."""
     repo = request.repo.resolve()
-    if not repo.is_dir() or _git(repo, "rev-parse", "--git-dir", check=False).returncode:
+    if not repo.is_dir() or git(repo, "rev-parse", "--git-dir", check=False).returncode:
         raise UsageError(f"--repo {request.repo}: not a git repository")
-    good = _git(repo, "rev-parse", "--verify", f"{request.good}^{{commit}}").stdout.strip()
-    bad = _git(repo, "rev-parse", "--verify", f"{request.bad}^{{commit}}").stdout.strip()
-    if _git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+    good = git(repo, "rev-parse", "--verify", f"{request.good}^{{commit}}").stdout.strip()
+    bad = git(repo, "rev-parse", "--verify", f"{request.bad}^{{commit}}").stdout.strip()
+    if git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         raise UsageError(f"--repo {repo}: the working tree has changes; commit or stash them")
     with tempfile.TemporaryDirectory(prefix="convmatrix-bisect-") as tmp:
         script = Path(tmp) / "step.sh"
         script.write_text(step_script(replace(request, repo=repo)))
         script.chmod(0o755)
-        _git(repo, "bisect", "start", bad, good)
+        git(repo, "bisect", "start", bad, good)
         try:
-            done = _git(repo, "bisect", "run", str(script), check=False)
+            done = git(repo, "bisect", "run", str(script), check=False)
         finally:
-            _git(repo, "bisect", "reset", check=False)
+            git(repo, "bisect", "reset", check=False)
     log = done.stdout + done.stderr
     steps = [BisectStep(sha, stage, int(rc)) for sha, stage, rc in _STEP.findall(log)]
     found = _FIRST_BAD.search(log)
