@@ -61,8 +61,8 @@ def arithmetic(contract: Capabilities, case: Case, output: str) -> Arithmetic:
 def bound_of(
     r: torch.Tensor, m: Magnitudes, contract: Capabilities, case: Case, output: str, policy: Policy
 ) -> torch.Tensor:
-    """bound_i of every element of ``output`` (float64, CPU)."""
-    r = r.detach().cpu().to(F64)
+    """bound_i of every element of ``output`` (float64, on the reference's device)."""
+    r = r.detach().to(F64)  # on the reference's device
     return policy.model.bound(r, m, arithmetic(contract, case, output))
 
 

@@ -242,7 +242,8 @@ def _sums_for(
         have = tuple(got[name].shape)
         raise KernelFault(f"{name}: shape {have} differs from the reference's {tuple(shape)}")
     # One block: the reference itself is the store ErrorSums keeps (no copy of it).
-    return ErrorSums(tuple(shape), dim, r.to(torch.float64) if block is None else None)
+    store = r.to(torch.float64) if block is None else None
+    return ErrorSums(tuple(shape), dim, store, device=r.device)
 
 
 def _time(case: Case, ctx: Context, result: CaseResult) -> None:

@@ -32,15 +32,16 @@ def rms(r: torch.Tensor) -> float:
 
 
 def abs_diff(a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """|a - r| in float64 on the CPU, in ``r``'s memory layout; a non-finite difference (NaN
-    or inf in ``a`` or ``r``) is +inf.
+    """|a - r| in float64 on ``r``'s device (the host, or the case's device when the reference
+    runs there), in ``r``'s memory layout; a non-finite difference (NaN or inf in ``a`` or
+    ``r``) is +inf.
 
     ``a`` is copied into r's layout first: a kernel's channel-last output against a
     channel-first reference would otherwise make every later element-wise pass a strided
     one (3-7x slower at C=4128, L=4096). Every pass but the copy works in place: fresh
     tensors of that size cost more in page faults than in arithmetic.
     """
-    r = r.detach().cpu()
+    r = r.detach()
     out = torch.empty_like(r, dtype=F64)
     out.copy_(a.detach())
     out.sub_(r).abs_()
@@ -70,11 +71,17 @@ class ErrorSums:
     """
 
     def __init__(
-        self, shape: tuple[int, ...], channel_dim: int, r_store: torch.Tensor | None = None
+        self,
+        shape: tuple[int, ...],
+        channel_dim: int,
+        r_store: torch.Tensor | None = None,
+        device: torch.device | None = None,
     ) -> None:
         self.shape, self.dim = shape, channel_dim
         self.owns_store = r_store is None
-        self.r_store = torch.empty(shape, dtype=F64) if r_store is None else r_store
+        if r_store is None:  # on the reference's device (``device``; None: the host)
+            r_store = torch.empty(shape, dtype=F64, device=device)
+        self.r_store = r_store
         self.sumsq_r = self.sumsq_d = 0.0
         self.e_abs, self.worst = -1.0, None
         self.blocks: list[slice | None] = []
@@ -97,7 +104,7 @@ class ErrorSums:
         self.sumsq_r += float(torch.linalg.vector_norm(r, dtype=F64)) ** 2
         self.sumsq_d += float(torch.linalg.vector_norm(diff)) ** 2
         flat = int(torch.argmax(diff))
-        worst = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
+        worst = [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(diff.shape))]
         value = float(diff[tuple(worst)])
         if value > self.e_abs or self.worst is None:
             if block is not None:
@@ -131,7 +138,7 @@ def error_metrics(
     ``abs_diff(a, r)`` when the caller has it already (the bound usage needs it too)."""
     if tuple(a.shape) != tuple(r.shape):
         raise ValueError(f"shape {tuple(a.shape)} differs from the reference's {tuple(r.shape)}")
-    r = r.detach().cpu().to(F64)
+    r = r.detach().to(F64)
     sums = ErrorSums(tuple(r.shape), 0, r_store=r)
     sums.add(None, a, r, diff)
     return sums.metrics(a, tau_scale)
