@@ -9,6 +9,7 @@ their HTML (``convmatrix report``/``diff``/``history``): one view-model for both
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -95,7 +98,8 @@ def test_the_served_history_reads_dtypes_as_the_command_line_does(client, served
 def test_every_page_renders_with_its_policy_and_links(client):
     case_id = sorted(BROKEN)[0]
     for path in ("/", "/runs/latest", "/runs/nightly-1", "/diff/1/3", "/history/bfloat16",
-                 f"/cases/{case_id}", f"/cases/{case_id[:6]}", "/regressions"):  # fmt: skip
+                 f"/cases/{case_id}", f"/cases/{case_id[:6]}", "/regressions", "/alerts/1",
+                 "/regressions/1"):  # fmt: skip
         page = client.get(path)
         assert page.status_code == 200, path
         assert "form-action 'self'" in page.headers["content-security-policy"]
@@ -126,10 +130,15 @@ def test_a_case_history_and_the_regressions(client):
     assert case["rerun"].endswith(f"--case {case_id}") and "--kernel tiled" in case["rerun"]
     kinds = {r["kind"] for r in case["regressions"]}
     assert kinds == {"new_failure", "error_regression"}
-    regs = client.get("/api/regressions?state=detected").json()
-    assert {r["case_id"] for r in regs["regressions"]} == BROKEN
-    assert all(r["first_bad_run"] == 2 for r in regs["regressions"])  # run 3: known, not new
-    assert client.get("/api/regressions?state=fixed").json()["regressions"] == []
+    alerts = client.get("/api/regressions?state=detected").json()["alerts"]
+    assert len(alerts) == 1  # run 3 failed the same cases: known, no second alert
+    regs = alerts[0]["regressions"]
+    assert {r["case_id"] for r in regs} == BROKEN
+    assert {(r["case_id"], r["kind"]) for r in regs} == {
+        (c, k) for c in BROKEN for k in ("new_failure", "error_regression")
+    }  # one per case and kind
+    assert all(r["first_bad_run"] == 2 for r in regs)
+    assert client.get("/api/regressions?state=fixed").json()["alerts"] == []
 
 
 def test_unknown_names_are_404_with_the_command_lines_message(client):
@@ -139,6 +148,10 @@ def test_unknown_names_are_404_with_the_command_lines_message(client):
     )
     assert client.get("/cases/ffffffffffff").status_code == 404
     assert client.get("/regressions?state=lost").status_code == 404
+    for path in ("/alerts/99", "/regressions/99", "/alerts/one", "/api/alerts/99"):
+        missing = client.get(path)
+        assert missing.status_code == 404, path
+        assert missing.text.startswith("convmatrix serve: "), path
 
 
 def test_serve_refuses_a_missing_or_outdated_database(tmp_path, capsys):
@@ -161,13 +174,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(served):
+@contextmanager
+def running_server(url: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``convmatrix serve --db URL ARGS...`` in a subprocess on a free port; yields its base
+    URL once it answers, stops it on exit."""
     port = _free_port()
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "convmatrix", "serve", "--db", served[0], "--port", str(port)],
+        [sys.executable, "-m", "convmatrix", "serve", "--db", url, "--port", str(port), *args],
         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -180,9 +196,17 @@ def server(served):
                 proc.kill()
                 pytest.fail(f"convmatrix serve did not start: {proc.communicate()[0]}")
             time.sleep(0.2)
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    with running_server(served[0]) as base:
+        yield base
 
 
 def _json(base: str, path: str) -> dict:
@@ -245,10 +269,13 @@ def test_case_history_diff_and_regressions_in_chromium(server, open_url):
     rows = opened.page.locator("#history-rows tr")
     assert rows.count() == sum(len(r["outputs"]) for r in history["runs"])
     opened.assert_clean()
-    regs = _json(server, "/regressions")
+    alerts = _json(server, "/regressions")
     opened = open_url(server + "/regressions")
-    assert opened.page.locator("#regression-rows tr").count() == len(regs["regressions"])
-    assert opened.page.inner_text('[data-count="detected"]') == str(regs["counts"]["detected"])
-    opened.page.click(f'#regression-rows a[href="/cases/{case_id}"] >> nth=0')
+    assert opened.page.locator("#alert-rows tr").count() == len(alerts["alerts"]) == 1
+    assert opened.page.inner_text('[data-count="detected"]') == str(alerts["counts"]["detected"])
+    alert_id = alerts["alerts"][0]["id"]
+    opened.page.click(f'#alert-rows a[href="/alerts/{alert_id}"]')
+    opened.page.wait_for_url(f"**/alerts/{alert_id}")
+    opened.page.click(f'#alert-cases a[href="/cases/{case_id}"] >> nth=0')
     opened.page.wait_for_url(f"**/cases/{case_id}")
     assert opened.console == []

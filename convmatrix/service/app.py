@@ -1,15 +1,18 @@
 """``convmatrix serve``: the report pages, live from the database, at stable URLs.
 
-Every page is a view-model from ``service.pages`` rendered through the report templates (the
-static reports and the served pages cannot drift apart), and every page has its JSON at the
-same path under ``/api`` (the view-model the static page writes beside its HTML)::
+Every page is a view-model from ``service.pages`` or ``service.alert_pages`` rendered through
+the report templates (the static reports and the served pages cannot drift apart), and every
+page has its JSON at the same path under ``/api`` (the view-model the static page writes beside
+its HTML)::
 
     /                             runs, filterable: ?kernel=&label=&device=&matrix=&since=&until=
     /runs/{run}                   a run (id, latest, label or commit, as on the command line)
-    /diff/{base}/{head}           two runs matched by case id
+    /diff/{base}/{head}           two runs matched by case id (/diff?base=&head=: the picker)
     /history/{dtype}              one input dtype over the runs (?kernel=&output=&since=)
     /cases/{case_id}              one case across runs and commits, with its rerun command
-    /regressions                  the regressions (?state=detected&state=confirmed&kernel=)
+    /regressions                  the alerts, newest first (?state=detected&state=confirmed&kernel=)
+    /alerts/{id}                  one alert: its cases, why, history, rerun, bisection, events
+    /regressions/{id}             one regression: its outputs, history, rerun, events
 
 Read-only: the server never writes, nor migrates; a database behind the newest schema is
 refused with the command that upgrades it. A name that matches nothing is a 404 with the
@@ -21,11 +24,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Route
 
 from convmatrix.core.errors import UsageError
@@ -33,7 +43,8 @@ from convmatrix.db.database import Database
 from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.viewmodel import to_jsonable
-from convmatrix.service import pages
+from convmatrix.service import alert_pages, pages
+from convmatrix.service.regressions import TRANSITIONS
 
 __all__ = ["create_app"]
 
@@ -61,10 +72,18 @@ PAGES: dict[str, Builder] = {
     "/cases/{case_id}": lambda s, u, r: pages.case_page(
         s, u, r.path_params["case_id"], kernel=_query(r, "kernel")
     ),
-    "/regressions": lambda s, u, r: pages.regressions_page(
+    "/regressions": lambda s, u, r: alert_pages.alerts_page(
         s, u, r.query_params.getlist("state"), kernel=_query(r, "kernel")
     ),
+    "/alerts/{alert_id}": lambda s, u, r: alert_pages.alert_page(s, u, r.path_params["alert_id"]),
+    "/regressions/{regression_id}": lambda s, u, r: alert_pages.regression_page(
+        s, u, r.path_params["regression_id"]
+    ),
 }
+
+
+def _refused(status: int, reason: str) -> Response:
+    return PlainTextResponse(f"convmatrix serve: {reason}\n", status_code=status)
 
 
 def create_app(db: str | None = None) -> Starlette:
@@ -72,23 +91,34 @@ def create_app(db: str | None = None) -> Starlette:
     database = Database.open(db, existing=True, upgrade=False)  # serve never writes
     engine, url = database.engine, database.url
     csp = content_policy(form_action="'self'")
+    headers = {"Content-Security-Policy": csp}
 
     def endpoint(builder: Builder, as_json: bool) -> Callable[[Request], Response]:
         def handle(request: Request) -> Response:  # sync: Starlette runs it in a thread
             try:
                 with Session(engine) as session:
                     view = builder(session, url, request)
+                    extra = {} if as_json else pages.served_context(session, view)
             except UsageError as err:
-                return PlainTextResponse(f"convmatrix serve: {err}\n", status_code=404)
+                return _refused(404, str(err))
             if as_json:
                 return JSONResponse(to_jsonable(view))
             path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            html = render_html(view, served=True, request_path=path, csp=csp)
-            return HTMLResponse(html, headers={"Content-Security-Policy": csp})
+            html = render_html(
+                view, served=True, request_path=path, csp=csp, transitions=TRANSITIONS, **extra,
+            )  # fmt: skip
+            return HTMLResponse(html, headers=headers)
 
         return handle
 
-    routes = []
+    def compare(request: Request) -> Response:
+        """The runs index's picker: ``/diff?base=A&head=B`` is ``/diff/A/B``."""
+        base, head = _query(request, "base"), _query(request, "head")
+        if base is None or head is None:
+            return _refused(400, "/diff needs two runs: /diff?base=RUN&head=RUN")
+        return RedirectResponse(f"/diff/{quote(base, safe='')}/{quote(head, safe='')}", 303)
+
+    routes = [Route("/diff", compare, methods=["GET"])]
     for path, builder in PAGES.items():
         routes.append(Route(path, endpoint(builder, False), methods=["GET"]))
         routes.append(Route("/api" + path, endpoint(builder, True), methods=["GET"]))
