@@ -154,6 +154,21 @@ def test_unknown_names_are_404_with_the_command_lines_message(client):
         assert missing.text.startswith("convmatrix serve: "), path
 
 
+def test_a_server_without_a_token_refuses_every_write(client, server):
+    # TestClient and the real `convmatrix serve` (no --token-file, no CONVMATRIX_SERVE_TOKEN).
+    body = json.dumps({"state": "acknowledged"}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer anything"}
+    for path in ("/api/regressions/1", "/api/alerts/1"):
+        answer = client.post(path, content=body, headers=headers)
+        assert answer.status_code == 403, path
+        assert "read-only" in answer.text and "--token-file" in answer.text
+        request = urllib.request.Request(server + path, data=body, headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 403, path
+    assert client.get("/api/regressions/1").json()["regression"]["state"] == "detected"
+
+
 def test_serve_refuses_a_missing_or_outdated_database(tmp_path, capsys):
     assert main(["serve", "--db", f"sqlite:///{tmp_path / 'none.db'}"]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -180,10 +195,11 @@ def running_server(url: str, *args: str, env: dict[str, str] | None = None) -> I
     URL once it answers, stops it on exit."""
     port = _free_port()
     root = Path(__file__).resolve().parents[1]
+    environ = {k: v for k, v in os.environ.items() if k != "CONVMATRIX_SERVE_TOKEN"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "convmatrix", "serve", "--db", url, "--port", str(port), *args],
         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, **(env or {})},
+        env={**environ, **(env or {})},
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -276,6 +292,9 @@ def test_case_history_diff_and_regressions_in_chromium(server, open_url):
     alert_id = alerts["alerts"][0]["id"]
     opened.page.click(f'#alert-rows a[href="/alerts/{alert_id}"]')
     opened.page.wait_for_url(f"**/alerts/{alert_id}")
+    # No token on this server: the alert reads, and says how to triage instead of a form.
+    assert "read-only: start serve with --token-file to triage" in opened.page.inner_text("main")
+    assert opened.page.locator("form.triage").count() == 0
     opened.page.click(f'#alert-cases a[href="/cases/{case_id}"] >> nth=0')
     opened.page.wait_for_url(f"**/cases/{case_id}")
     assert opened.console == []

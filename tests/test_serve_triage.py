@@ -1,13 +1,19 @@
-"""Triage through ``convmatrix serve``: the alerts index, the alert and regression pages and
-their JSON, the links and anchors between run, diff and case pages, and in headless Chromium
-through the real server: anchors, the sort and filter state in the address (served and on
-disk), the compare picker.
+"""Triage through ``convmatrix serve``: the alert and regression pages and their JSON, the write
+API behind the bearer token (every status it answers), and the pages in headless Chromium
+through the real server: read without a token, acknowledge through the form, anchors, the
+sort and filter state in the address, the compare picker.
+
+Every test that writes works on its own copy of the module's database.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import shutil
+import urllib.error
+import urllib.request
 import warnings
 from pathlib import Path
 
@@ -17,9 +23,12 @@ from reports_support import cases, synthetic_results, write_run
 from test_serve import running_server
 
 from convmatrix.cli import main
+from convmatrix.core.errors import UsageError
 from convmatrix.core.records import PropertyResult
 from convmatrix.db import open_database
 from convmatrix.db.engine import write_session
+from convmatrix.reports.render import content_policy
+from convmatrix.service.access import TOKEN_ENV, read_token, write_refusal
 from convmatrix.service.scan import scan_run
 
 with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
@@ -31,6 +40,7 @@ from convmatrix.service.app import create_app
 browser = test_browser.browser
 open_url = test_browser.open_url
 
+TOKEN = "s3cret-token-for-tests"
 FIRST = sorted(c.id for c in cases(60)[:2])  # broken in run 2 (alert 1), and in run 3
 LATER = cases(60)[5].id  # broken from run 3 on (alert 2)
 PROPERTY = "causality"
@@ -83,11 +93,35 @@ def database(tmp_path_factory):
     return out
 
 
+@pytest.fixture
+def db_copy(database, tmp_path) -> str:
+    """A copy of the module's database that one test may change."""
+    for name in ("results.db", "results.db-wal", "results.db-shm"):
+        if (database / name).exists():
+            shutil.copy(database / name, tmp_path / name)
+    return f"sqlite:///{tmp_path / 'results.db'}"
+
+
+@pytest.fixture
+def client(db_copy):
+    with TestClient(create_app(db_copy, token=TOKEN)) as c:
+        yield c
+
+
 @pytest.fixture(scope="module")
 def reader(database):
-    """A client of the module's database."""
-    with TestClient(create_app(f"sqlite:///{database / 'results.db'}")) as c:
+    """A client of the module's database itself, for tests that only read."""
+    with TestClient(create_app(f"sqlite:///{database / 'results.db'}", token=TOKEN)) as c:
         yield c
+
+
+def _post(client, path, body, *, token=TOKEN, headers=None, raw=None):
+    sent = {"Content-Type": "application/json"}
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    sent.update(headers or {})
+    data = raw if raw is not None else json.dumps(body).encode()
+    return client.post(path, content=data, headers=sent)
 
 
 def _alert_regressions(client, alert_id):
@@ -153,6 +187,7 @@ def test_the_alert_page_shows_cases_history_rerun_and_events(reader):
     assert 'href="/diff/1/2"' in page
     assert "not bisected: <code>convmatrix bisect --good " in page
     assert 'data-events-of="' in page
+    assert 'id="triage"' in page and TOKEN not in page  # the form, never the token
 
 
 def test_the_regression_page_and_json(reader):
@@ -202,19 +237,334 @@ def test_the_compare_picker(reader):
     assert reader.get("/diff?base=1").status_code == 400
 
 
-# -- in Chromium ---------------------------------------------------------------------------
+def test_served_pages_may_fetch_themselves_static_reports_fetch_nothing(reader, database):
+    policy = reader.get("/alerts/1").headers["content-security-policy"]
+    assert "connect-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert "script-src 'sha256-" in policy and "unsafe-inline" not in policy.split("script-src")[1]
+    static = (database / "run-2.html").read_text()
+    assert "Content-Security-Policy" in static and "connect-src" not in static
+    assert "connect-src" not in content_policy()
 
 
-@pytest.fixture(scope="module")
-def server(database):
-    with running_server(f"sqlite:///{database / 'results.db'}") as base:
+# -- the token -----------------------------------------------------------------------------
+
+
+def test_the_token_comes_from_the_file_or_the_environment(tmp_path):
+    assert read_token(None, {}) is None
+    assert read_token(None, {TOKEN_ENV: "  "}) is None
+    assert read_token(None, {TOKEN_ENV: " abc\n"}) == "abc"
+    path = tmp_path / "token"
+    path.write_text("from-file\n")
+    assert read_token(path, {TOKEN_ENV: "from-env"}) == "from-file"  # the file wins
+    path.write_text(" \n")
+    with pytest.raises(UsageError, match=r"--token-file .*token: the file is empty"):
+        read_token(path, {TOKEN_ENV: "from-env"})
+    with pytest.raises(UsageError, match=r"--token-file .*cannot read it"):
+        read_token(tmp_path / "missing", {})
+    path.write_text("two words")
+    with pytest.raises(UsageError, match="one word"):
+        read_token(path, {})
+
+
+def test_serve_refuses_an_empty_token_file(database, tmp_path, capsys):
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    url = f"sqlite:///{database / 'results.db'}"
+    assert main(["serve", "--db", url, "--token-file", str(empty)]) == 2
+    assert "--token-file" in capsys.readouterr().err
+
+
+def test_write_refusals_in_order():
+    same = "http://127.0.0.1:8000"
+    good = {"authorization": f"Bearer {TOKEN}"}
+    assert write_refusal(None, good, same).startswith("read-only")
+    assert write_refusal(TOKEN, good, same) is None
+    assert write_refusal(TOKEN, {**good, "origin": same}, same) is None
+    assert write_refusal(TOKEN, {**good, "sec-fetch-site": "same-origin"}, same) is None
+    assert "Origin" in write_refusal(TOKEN, {**good, "origin": "http://evil.example"}, same)
+    assert "Origin" in write_refusal(TOKEN, {**good, "origin": "null"}, same)
+    assert "cross-site" in write_refusal(TOKEN, {**good, "sec-fetch-site": "cross-site"}, same)
+    assert "same-site" in write_refusal(TOKEN, {**good, "sec-fetch-site": "same-site"}, same)
+    assert "needs the header" in write_refusal(TOKEN, {}, same)
+    assert "needs the header" in write_refusal(TOKEN, {"authorization": f"Basic {TOKEN}"}, same)
+    assert write_refusal(TOKEN, {"authorization": "Bearer nope"}, same) == "refused: wrong token"
+    assert write_refusal(TOKEN, {"authorization": f"bearer  {TOKEN} "}, same) is None
+
+
+# -- writing: every status -----------------------------------------------------------------
+
+
+def test_writes_need_the_token(client):
+    reg = _alert_regressions(client, 1)[0]
+    path = f"/api/regressions/{reg['id']}"
+    missing = _post(client, path, {"state": "acknowledged"}, token=None)
+    assert missing.status_code == 403 and "Authorization: Bearer" in missing.text
+    wrong = _post(client, path, {"state": "acknowledged"}, token="guess")
+    assert wrong.status_code == 403 and "wrong token" in wrong.text
+    assert client.get(path).json()["regression"]["state"] == "detected"  # nothing changed
+    done = _post(client, path, {"state": "acknowledged"}, headers={"X-Convmatrix-User": "ana"})
+    assert done.status_code == 200
+    [after] = done.json()["regressions"]
+    assert after["state"] == "acknowledged" and after["changed_by"] == "ana"
+    last = after["events"][-1]
+    assert (last["by"], last["from_state"], last["to_state"]) == ("ana", "detected", "acknowledged")
+    assert last["at"]  # when
+    # The `by` field wins over the header; no name at all is "web".
+    body = {"note": "looking at the halo code", "by": "bo"}
+    noted = _post(client, path, body, headers={"X-Convmatrix-User": "ana"}).json()
+    assert noted["regressions"][0]["events"][-1]["by"] == "bo"
+    assigned = _post(client, path, {"assignee": "cy"}).json()["regressions"][0]
+    assert assigned["assignee"] == "cy" and assigned["events"][-1]["by"] == "web"
+
+
+def test_cross_site_writes_are_refused(client):
+    reg = _alert_regressions(client, 1)[0]
+    path = f"/api/regressions/{reg['id']}"
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+    ):
+        answer = _post(client, path, {"state": "acknowledged"}, headers=headers)
+        assert answer.status_code == 403, headers
+        assert answer.text.startswith("convmatrix serve: refused: "), headers
+    assert client.get(path).json()["regression"]["state"] == "detected"
+    same = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+    assert _post(client, path, {"state": "acknowledged"}, headers=same).status_code == 200
+    # A form cannot send JSON: anything else is refused before it is read.
+    form = client.post(
+        path, content=b"state=fixed", headers={"Authorization": f"Bearer {TOKEN}",
+                                               "Content-Type": "application/x-www-form-urlencoded"}
+    )  # fmt: skip
+    assert form.status_code == 415
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "the body is not JSON"),
+        (b'["acknowledged"]', "must be a JSON object"),
+        (b'{"state": "acknowledged", "color": "red"}', "unknown field 'color'"),
+        (b'{"state": 3}', "state: give a string"),
+        (b'{"state": "gone"}', "state 'gone': choose from detected"),
+        (b"{}", "nothing to change"),
+        (b'{"note": "   "}', "nothing to change"),
+        (b'{"state": "ignored"}', "say why it is ignored (a note)"),
+        (b'{"state": "invalid", "note": ""}', "say why it is invalid (a note)"),
+        (b'{"state": "detected"}', None),  # detected -> detected: nothing to do, allowed
+    ],
+)
+def test_bad_bodies_are_400_with_the_reason(client, body, message):
+    reg = _alert_regressions(client, 1)[0]
+    answer = _post(client, f"/api/regressions/{reg['id']}", None, raw=body)
+    if message is None:
+        assert answer.status_code == 200
+        return
+    assert answer.status_code == 400, answer.text
+    assert message in answer.text
+    assert (
+        client.get(f"/api/regressions/{reg['id']}").json()["regression"]["events"] == reg["events"]
+    )
+
+
+def test_a_move_the_lifecycle_forbids_is_400_naming_the_allowed_ones(client):
+    reg = _alert_regressions(client, 1)[0]
+    path = f"/api/regressions/{reg['id']}"
+    assert _post(client, path, {"state": "fixed", "note": "by hand"}).status_code == 200
+    refused = _post(client, path, {"state": "acknowledged"})
+    assert refused.status_code == 400
+    assert "is fixed: it can become detected, not acknowledged" in refused.text
+
+
+def test_unknown_ids_are_404(client):
+    for path in ("/api/regressions/999", "/api/alerts/999", "/api/regressions/x1"):
+        answer = _post(client, path, {"state": "acknowledged"})
+        assert answer.status_code == 404, path
+    assert (
+        _post(client, "/api/regressions/999", {"state": "acknowledged"}, token=None).status_code
+        == 403
+    )
+
+
+def test_each_triage_action_is_an_event_with_who(client):
+    reg = _alert_regressions(client, 1)[0]
+    path = f"/api/regressions/{reg['id']}"
+    steps = [
+        ({"state": "acknowledged"}, "acknowledged"),
+        ({"assignee": "ana"}, "acknowledged"),
+        ({"bug": "https://tracker.example/31"}, "acknowledged"),
+        ({"note": "halo wrong past one tile"}, "acknowledged"),
+        ({"state": "ignored", "note": "known upstream, fixed in 2.1"}, "ignored"),
+        ({"state": "detected"}, "detected"),  # reopen
+        ({"state": "invalid", "note": "the matrix was wrong"}, "invalid"),
+        ({"state": "detected", "assignee": ""}, "detected"),  # reopen, unassign
+    ]
+    for body, state in steps:
+        answer = _post(client, path, {**body, "by": "dee"})
+        assert answer.status_code == 200, (body, answer.text)
+        assert answer.json()["regressions"][0]["state"] == state
+    after = client.get(path).json()["regression"]
+    assert after["bug"] == "https://tracker.example/31" and after["assignee"] is None
+    events = after["events"][1:]  # after the scan's
+    assert all(e["by"] == "dee" for e in events)
+    assert [e["to_state"] for e in events] == [
+        "acknowledged", "acknowledged", "acknowledged", "acknowledged", "ignored", "detected",
+        "invalid", "detected", "detected",
+    ]  # fmt: skip
+    notes = [e["note"] for e in events]
+    assert "assigned to ana" in notes and "bug https://tracker.example/31" in notes
+    assert "known upstream, fixed in 2.1" in notes and "unassigned" in notes
+
+
+def test_an_alert_write_changes_each_regression_that_can_move(client):
+    regs = _alert_regressions(client, 1)
+    fixed = regs[0]["id"]
+    done = _post(client, f"/api/regressions/{fixed}", {"state": "fixed", "note": "x"})
+    assert done.status_code == 200
+    answer = _post(client, "/api/alerts/1", {"state": "acknowledged", "by": "eve"})
+    assert answer.status_code == 200
+    result = answer.json()
+    states = {r["id"]: r["state"] for r in result["regressions"]}
+    assert states == {r["id"]: ("fixed" if r["id"] == fixed else "acknowledged") for r in regs}
+    assert [s["id"] for s in result["skipped"]] == [fixed]
+    assert "fixed: it can become detected" in result["skipped"][0]["reason"]
+    for r in result["regressions"]:
+        if r["id"] != fixed:
+            assert r["events"][-1]["by"] == "eve"
+    # Neither an acknowledged nor a fixed regression can become flaky: 400, nothing changed.
+    none_can = _post(client, "/api/alerts/1", {"state": "flaky"})
+    assert (
+        none_can.status_code == 400 and "none of its regressions can become flaky" in none_can.text
+    )
+    # An ignore without a reason changes nothing, for any of them.
+    assert _post(client, "/api/alerts/1", {"state": "ignored"}).status_code == 400
+    assert {r["state"] for r in _alert_regressions(client, 1)} == {"acknowledged", "fixed"}
+    # Alert 2 is untouched.
+    assert {r["state"] for r in _alert_regressions(client, 2)} == {"detected"}
+
+
+def test_writes_on_both_backends(db_url):
+    _fill(db_url)
+    with TestClient(create_app(db_url, token=TOKEN)) as c:
+        reg = _alert_regressions(c, 1)[0]
+        answer = _post(c, f"/api/regressions/{reg['id']}", {"state": "acknowledged", "by": "pg"})
+        assert answer.status_code == 200
+        again = c.get(f"/api/regressions/{reg['id']}").json()["regression"]
+        assert again["state"] == "acknowledged" and again["events"][-1]["by"] == "pg"
+
+
+# -- the real server -----------------------------------------------------------------------
+
+
+def _urlopen(url: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.fixture
+def token_server(db_copy, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(f"{TOKEN}\n")  # whitespace around it is stripped
+    with running_server(db_copy, "--token-file", str(token_file)) as base:
         yield base
 
 
+def test_done_when_serve_with_a_token_accepts_the_post_and_403s_without_the_header(token_server):
+    with urllib.request.urlopen(token_server + "/api/alerts/1", timeout=30) as response:
+        reg_id = json.loads(response.read())["alert"]["regressions"][0]["id"]
+    url = f"{token_server}/api/regressions/{reg_id}"
+    body = {"state": "acknowledged"}
+    status, text = _urlopen(url, body, {"Content-Type": "application/json"})
+    assert status == 403, text
+    status, text = _urlopen(
+        url, body, {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+    )
+    assert status == 200, text
+    assert json.loads(text)["regressions"][0]["state"] == "acknowledged"
+
+
+# -- in Chromium ---------------------------------------------------------------------------
+
+
 @pytest.mark.browser
-def test_anchors_state_in_the_address_and_the_compare_picker(server, open_url):
+def test_read_then_acknowledge_through_the_form(token_server, open_url):
+    with urllib.request.urlopen(token_server + "/api/alerts/1", timeout=30) as response:
+        reg = json.loads(response.read())["alert"]["regressions"][0]
+    url = f"{token_server}/regressions/{reg['id']}"
+    opened = open_url(url)
+    page = opened.page
+    # Read without a token: everything shows; the token field is empty.
+    assert page.inner_text(f'h1 [data-state-of="{reg["id"]}"]') == "detected"
+    assert page.input_value("#triage-token") == ""
+    assert page.locator('#triage button[value="acknowledged"]').is_visible()
+    assert page.locator('#triage button[value="detected"]').is_hidden()  # already detected
+    opened.assert_clean()
+    # A wrong token: refused, nothing changes.
+    page.fill("#triage-token", "guess")
+    page.click('#triage button[value="acknowledged"]')
+    page.wait_for_selector("#triage-status.bad")
+    assert "403" in page.inner_text("#triage-status") and "wrong token" in page.inner_text(
+        "#triage-status"
+    )
+    # Ignore without a reason: the lifecycle's message.
+    page.fill("#triage-token", TOKEN)
+    page.click('#triage button[value="ignored"]')
+    page.wait_for_selector('#triage-status.bad:has-text("say why it is ignored")')
+    # The right token and a name: acknowledged, and the event is on the page.
+    page.fill('[data-field="by"]', "Ana")
+    page.fill('[data-field="note"]', "tile halo, PR 31")
+    page.click('#triage button[value="acknowledged"]')
+    page.wait_for_selector("#triage-status.ok")
+    assert page.inner_text(f'h1 [data-state-of="{reg["id"]}"]') == "acknowledged"
+    rows = page.locator(f'tbody[data-events-of="{reg["id"]}"] tr')
+    assert rows.count() == 2
+    last = rows.nth(1).inner_text()
+    assert "Ana" in last and "acknowledged" in last and "tile halo, PR 31" in last
+    assert page.locator('#triage button[value="acknowledged"]').is_hidden()
+    assert page.locator('#triage button[value="detected"]').is_visible()  # reopen
+    # The browser logs each refused request (403, then 400), and nothing else.
+    refused = [m for m in opened.console if "Failed to load resource" in m]
+    assert [m for m in opened.console if m not in refused] == [] and opened.dialogs == []
+    assert ["403" in refused[0], "400" in refused[1]] == [True, True]
+    posts = [r for r in opened.requests if r != url]
+    assert posts == [f"{token_server}/api/regressions/{reg['id']}"] * 3
+    # Reloaded: the server says the same, and the tab still holds the token (never the HTML).
+    page.reload()
+    assert page.inner_text(f'h1 [data-state-of="{reg["id"]}"]') == "acknowledged"
+    assert page.input_value("#triage-token") == TOKEN
+    assert TOKEN not in page.content()
+    assert page.evaluate("document.cookie") == ""
+
+
+@pytest.mark.browser
+def test_acknowledge_a_whole_alert_in_chromium(token_server, open_url):
+    opened = open_url(token_server + "/alerts/1")
+    page = opened.page
+    page.fill("#triage-token", TOKEN)
+    page.click('#triage button[value="acknowledged"]')
+    page.wait_for_selector("#triage-status.ok")
+    states = page.eval_on_selector_all(
+        "#alert-cases [data-state-of]", "nodes => nodes.map(n => n.textContent)"
+    )
+    assert states and set(states) == {"acknowledged"}
+    with urllib.request.urlopen(token_server + "/api/alerts/1", timeout=30) as response:
+        regs = json.loads(response.read())["alert"]["regressions"]
+    assert {r["state"] for r in regs} == {"acknowledged"}
+    for r in regs:
+        rows = page.locator(f'tbody[data-events-of="{r["id"]}"] tr')
+        assert rows.count() == len(r["events"]) == 2
+    assert opened.console == []
+
+
+@pytest.mark.browser
+def test_anchors_state_in_the_address_and_the_compare_picker(token_server, open_url):
     case_id = FIRST[0]
-    opened = open_url(f"{server}/runs/2#case-{case_id}")
+    opened = open_url(f"{token_server}/runs/2#case-{case_id}")
     page = opened.page
     assert page.evaluate("document.querySelector(':target').id") == f"case-{case_id}"
     # The filter goes into the address, after the anchor, and comes back on reload.
@@ -241,7 +591,7 @@ def test_anchors_state_in_the_address_and_the_compare_picker(server, open_url):
     page.wait_for_url(f"**/cases/{case_id}")
     assert opened.console == []
     # The compare picker on the runs index.
-    opened = open_url(server + "/")
+    opened = open_url(token_server + "/")
     opened.page.select_option("#compare-base", "1")
     opened.page.select_option("#compare-head", "3")
     with opened.page.expect_navigation():

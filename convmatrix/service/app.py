@@ -14,9 +14,12 @@ its HTML)::
     /alerts/{id}                  one alert: its cases, why, history, rerun, bisection, events
     /regressions/{id}             one regression: its outputs, history, rerun, events
 
-Read-only: the server never writes, nor migrates; a database behind the newest schema is
-refused with the command that upgrades it. A name that matches nothing is a 404 with the
-same one-line message the command line would print.
+Writes (triage) are ``POST /api/regressions/{id}`` and ``POST /api/alerts/{id}`` with a JSON
+body (``service.triage_api``), allowed only when the server has a token and the request carries
+it and comes from no other site (``service.access``); without a token the server is read-only
+and every write answers 403. It never migrates: a database behind the newest schema is refused
+with the command that upgrades it. A name that matches nothing is a 404 with the same one-line
+message the command line would print.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -44,7 +48,16 @@ from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.viewmodel import to_jsonable
 from convmatrix.service import alert_pages, pages
+from convmatrix.service.access import write_refusal
 from convmatrix.service.regressions import TRANSITIONS
+from convmatrix.service.triage_api import (
+    MAX_BODY,
+    BadRequest,
+    NotFound,
+    parse_change,
+    triage_alert,
+    triage_regression,
+)
 
 __all__ = ["create_app"]
 
@@ -81,17 +94,28 @@ PAGES: dict[str, Builder] = {
     ),
 }
 
+WRITES = {"/api/regressions/{id}": triage_regression, "/api/alerts/{id}": triage_alert}
+
 
 def _refused(status: int, reason: str) -> Response:
     return PlainTextResponse(f"convmatrix serve: {reason}\n", status_code=status)
 
 
-def create_app(db: str | None = None) -> Starlette:
-    """The ASGI app serving ``db`` (default ``CONVMATRIX_DB``, else ``convmatrix.db``)."""
-    database = Database.open(db, existing=True, upgrade=False)  # serve never writes
+def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
+    """The ASGI app serving ``db`` (default ``CONVMATRIX_DB``, else ``convmatrix.db``);
+    ``token``: the bearer token writes need (``None``: read-only)."""
+    if token is not None and not token.strip():
+        raise UsageError("--token-file: the token is empty")
+    database = Database.open(db, existing=True, upgrade=False)  # serve never migrates
     engine, url = database.engine, database.url
-    csp = content_policy(form_action="'self'")
-    headers = {"Content-Security-Policy": csp}
+    csp = content_policy(form_action="'self'", connect_src="'self'")
+    # Only a header can forbid framing (a <meta> policy may not say frame-ancestors).
+    headers = {
+        "Content-Security-Policy": csp + "; frame-ancestors 'none'",
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "same-origin",
+    }
+    writable = token is not None
 
     def endpoint(builder: Builder, as_json: bool) -> Callable[[Request], Response]:
         def handle(request: Request) -> Response:  # sync: Starlette runs it in a thread
@@ -105,7 +129,8 @@ def create_app(db: str | None = None) -> Starlette:
                 return JSONResponse(to_jsonable(view))
             path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             html = render_html(
-                view, served=True, request_path=path, csp=csp, transitions=TRANSITIONS, **extra,
+                view, served=True, request_path=path, csp=csp, writable=writable,
+                transitions=TRANSITIONS, **extra,
             )  # fmt: skip
             return HTMLResponse(html, headers=headers)
 
@@ -118,10 +143,42 @@ def create_app(db: str | None = None) -> Starlette:
             return _refused(400, "/diff needs two runs: /diff?base=RUN&head=RUN")
         return RedirectResponse(f"/diff/{quote(base, safe='')}/{quote(head, safe='')}", 303)
 
+    def write(action: Callable[..., alert_pages.TriageResult]) -> Callable[..., Any]:
+        async def handle(request: Request) -> Response:
+            origin = f"{request.url.scheme}://{request.url.netloc}"
+            refusal = write_refusal(token, request.headers, origin)
+            if refusal is not None:
+                return _refused(403, refusal)
+            kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                return _refused(415, f"send JSON (Content-Type: application/json), not {kind!r}")
+            body = await request.body()
+            if len(body) > MAX_BODY:
+                return _refused(413, f"the body is over {MAX_BODY} bytes")
+            target = request.path_params["id"]
+            if not target.isdigit():
+                return _refused(404, f"{target!r}: no such id (give a number)")
+            try:
+                change = parse_change(body, request.headers.get("x-convmatrix-user"))
+                result = await run_in_threadpool(_write, action, int(target), change)
+            except NotFound as err:
+                return _refused(404, str(err))
+            except BadRequest as err:
+                return _refused(400, str(err))
+            return JSONResponse(to_jsonable(result))
+
+        return handle
+
+    def _write(action: Callable[..., Any], target: int, change: Any) -> Any:
+        with database.writing() as session:
+            return action(session, target, change)
+
     routes = [Route("/diff", compare, methods=["GET"])]
     for path, builder in PAGES.items():
         routes.append(Route(path, endpoint(builder, False), methods=["GET"]))
         routes.append(Route("/api" + path, endpoint(builder, True), methods=["GET"]))
+    for path, action in WRITES.items():
+        routes.append(Route(path, write(action), methods=["POST"]))
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -130,4 +187,5 @@ def create_app(db: str | None = None) -> Starlette:
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.url = url
+    app.state.writable = writable
     return app
