@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import test_browser
 from reports_support import cases, synthetic_results, write_run
+from sqlalchemy.exc import OperationalError
 from test_serve import running_server
 
 from convmatrix.cli import main
@@ -35,6 +36,7 @@ with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from convmatrix.service import app as app_module
 from convmatrix.service.app import create_app
 
 browser = test_browser.browser
@@ -366,6 +368,25 @@ def test_bad_bodies_are_400_with_the_reason(client, body, message):
     assert (
         client.get(f"/api/regressions/{reg['id']}").json()["regression"]["events"] == reg["events"]
     )
+
+
+def test_a_body_over_64_kib_is_413(client):
+    reg = _alert_regressions(client, 1)[0]
+    note = {"note": "x" * (70 * 1024)}
+    answer = _post(client, f"/api/regressions/{reg['id']}", note)
+    assert answer.status_code == 413 and "over 65536 bytes" in answer.text
+    assert client.get(f"/api/regressions/{reg['id']}").json()["regression"]["note"] is None
+
+
+def test_a_database_that_refuses_the_write_is_503_and_changes_nothing(db_copy, monkeypatch):
+    def locked(session, target, change):
+        raise OperationalError("UPDATE regressions", {}, Exception("database is locked"))
+
+    monkeypatch.setitem(app_module.WRITES, "/api/regressions/{id}", locked)
+    with TestClient(create_app(db_copy, token=TOKEN)) as c:
+        answer = _post(c, "/api/regressions/1", {"state": "acknowledged"})
+        assert answer.status_code == 503
+        assert "nothing changed" in answer.text and "database is locked" in answer.text
 
 
 def test_a_move_the_lifecycle_forbids_is_400_naming_the_allowed_ones(client):

@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -44,6 +45,7 @@ from starlette.routing import Route
 
 from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
+from convmatrix.db.engine import connection_error
 from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.viewmodel import to_jsonable
@@ -101,6 +103,19 @@ def _refused(status: int, reason: str) -> Response:
     return PlainTextResponse(f"convmatrix serve: {reason}\n", status_code=status)
 
 
+async def _body(request: Request) -> bytes | None:
+    """The request's body, or ``None`` when it is over ``MAX_BODY`` (not read further)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY:
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return None
+    return body
+
+
 def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
     """The ASGI app serving ``db`` (default ``CONVMATRIX_DB``, else ``convmatrix.db``);
     ``token``: the bearer token writes need (``None``: read-only)."""
@@ -152,8 +167,8 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 return _refused(415, f"send JSON (Content-Type: application/json), not {kind!r}")
-            body = await request.body()
-            if len(body) > MAX_BODY:
+            body = await _body(request)
+            if body is None:
                 return _refused(413, f"the body is over {MAX_BODY} bytes")
             target = request.path_params["id"]
             if not target.isdigit():
@@ -165,6 +180,8 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
                 return _refused(404, str(err))
             except BadRequest as err:
                 return _refused(400, str(err))
+            except SQLAlchemyError as err:  # locked past the busy timeout, read-only, gone
+                return _refused(503, f"nothing changed: {connection_error(engine, err)}")
             return JSONResponse(to_jsonable(result))
 
         return handle
