@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from reports_support import synthetic_results, tile_plus_one_channel_last, write_run
+from reports_support import cases, synthetic_results, tile_plus_one_channel_last, write_run
 from test_report_view import header
 
 from convmatrix.cli import main
@@ -101,6 +101,19 @@ def test_previous_compares_with_the_earlier_run_of_the_same_kernel(sqlite_runs, 
     assert f"(run {bad_id}) -> tiled @ 3333333333 (run {fixed_id})" in capsys.readouterr().out
     assert main(["diff", "--previous", str(good_id), "--db", db_url]) == 0
     assert "no earlier run" in capsys.readouterr().out
+
+
+def test_the_text_says_how_many_more_and_where_to_see_them(sqlite_url, capsys):
+    engine = open_database(sqlite_url)
+    write_run(engine, synthetic_results(120, extras=False), commit="1" * 40)
+    broken = {c.id for c in cases(120)[:13]}
+    write_run(engine, synthetic_results(120, bug=lambda c: c.id in broken, extras=False))
+    engine.dispose()
+    assert main(["diff", "1", "2", "--db", sqlite_url]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("NEW FAILURE") == 10
+    assert "... and 3 more new failures: see the diff report (convmatrix diff 1 2 --out" in printed
+    assert printed.count("REGRESSION   ") == 10 and "more error regressions: see the" in printed
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ their HTML (``convmatrix report``/``diff``/``history``): one view-model for both
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -95,7 +98,8 @@ def test_the_served_history_reads_dtypes_as_the_command_line_does(client, served
 def test_every_page_renders_with_its_policy_and_links(client):
     case_id = sorted(BROKEN)[0]
     for path in ("/", "/runs/latest", "/runs/nightly-1", "/diff/1/3", "/history/bfloat16",
-                 f"/cases/{case_id}", f"/cases/{case_id[:6]}", "/regressions"):  # fmt: skip
+                 f"/cases/{case_id}", f"/cases/{case_id[:6]}", "/regressions", "/alerts/1",
+                 "/regressions/1"):  # fmt: skip
         page = client.get(path)
         assert page.status_code == 200, path
         assert "form-action 'self'" in page.headers["content-security-policy"]
@@ -126,10 +130,13 @@ def test_a_case_history_and_the_regressions(client):
     assert case["rerun"].endswith(f"--case {case_id}") and "--kernel tiled" in case["rerun"]
     kinds = {r["kind"] for r in case["regressions"]}
     assert kinds == {"new_failure"}  # one regression per case: its outputs are inside it
-    regs = client.get("/api/regressions?state=detected").json()
-    assert {r["case_id"] for r in regs["regressions"]} == BROKEN
-    assert all(r["first_bad_run"] == 2 for r in regs["regressions"])  # run 3: known, not new
-    assert client.get("/api/regressions?state=fixed").json()["regressions"] == []
+    alerts = client.get("/api/regressions?state=detected").json()["alerts"]
+    assert len(alerts) == 1  # run 3 failed the same cases: known, no second alert
+    regs = alerts[0]["regressions"]
+    assert {r["case_id"] for r in regs} == BROKEN
+    assert {(r["case_id"], r["kind"]) for r in regs} == {(c, "new_failure") for c in BROKEN}
+    assert all(r["first_bad_run"] == 2 for r in regs)
+    assert client.get("/api/regressions?state=fixed").json()["alerts"] == []
 
 
 def test_unknown_names_are_404_with_the_command_lines_message(client):
@@ -139,6 +146,25 @@ def test_unknown_names_are_404_with_the_command_lines_message(client):
     )
     assert client.get("/cases/ffffffffffff").status_code == 404
     assert client.get("/regressions?state=lost").status_code == 404
+    for path in ("/alerts/99", "/regressions/99", "/alerts/one", "/api/alerts/99"):
+        missing = client.get(path)
+        assert missing.status_code == 404, path
+        assert missing.text.startswith("convmatrix serve: "), path
+
+
+def test_a_server_without_a_token_refuses_every_write(client, server):
+    # TestClient and the real `convmatrix serve` (no --token-file, no CONVMATRIX_SERVE_TOKEN).
+    body = json.dumps({"state": "acknowledged"}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer anything"}
+    for path in ("/api/regressions/1", "/api/alerts/1"):
+        answer = client.post(path, content=body, headers=headers)
+        assert answer.status_code == 403, path
+        assert "read-only" in answer.text and "--token-file" in answer.text
+        request = urllib.request.Request(server + path, data=body, headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 403, path
+    assert client.get("/api/regressions/1").json()["regression"]["state"] == "detected"
 
 
 def test_serve_refuses_a_missing_or_outdated_database(tmp_path, capsys):
@@ -161,13 +187,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(served):
+@contextmanager
+def running_server(url: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``convmatrix serve --db URL ARGS...`` in a subprocess on a free port; yields its base
+    URL once it answers, stops it on exit."""
     port = _free_port()
     root = Path(__file__).resolve().parents[1]
+    environ = {k: v for k, v in os.environ.items() if k != "CONVMATRIX_SERVE_TOKEN"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "convmatrix", "serve", "--db", served[0], "--port", str(port)],
+        [sys.executable, "-m", "convmatrix", "serve", "--db", url, "--port", str(port), *args],
         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**environ, **(env or {})},
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -180,9 +210,17 @@ def server(served):
                 proc.kill()
                 pytest.fail(f"convmatrix serve did not start: {proc.communicate()[0]}")
             time.sleep(0.2)
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    with running_server(served[0]) as base:
+        yield base
 
 
 def _json(base: str, path: str) -> dict:
@@ -245,11 +283,17 @@ def test_case_history_diff_and_regressions_in_chromium(server, open_url):
     rows = opened.page.locator("#history-rows tr")
     assert rows.count() == sum(len(r["outputs"]) for r in history["runs"])
     opened.assert_clean()
-    regs = _json(server, "/regressions")
+    alerts = _json(server, "/regressions")
     opened = open_url(server + "/regressions")
-    assert opened.page.locator("#regression-rows tr").count() == len(regs["regressions"])
-    assert opened.page.inner_text('[data-count="detected"]') == str(regs["counts"]["detected"])
-    opened.page.click(f'#regression-rows a[href="/cases/{case_id}"] >> nth=0')
+    assert opened.page.locator("#alert-rows tr").count() == len(alerts["alerts"]) == 1
+    assert opened.page.inner_text('[data-count="detected"]') == str(alerts["counts"]["detected"])
+    alert_id = alerts["alerts"][0]["id"]
+    opened.page.click(f'#alert-rows a[href="/alerts/{alert_id}"]')
+    opened.page.wait_for_url(f"**/alerts/{alert_id}")
+    # No token on this server: the alert reads, and says how to triage instead of a form.
+    assert "read-only: start serve with --token-file to triage" in opened.page.inner_text("main")
+    assert opened.page.locator("form.triage").count() == 0
+    opened.page.click(f'#alert-cases a[href="/cases/{case_id}"] >> nth=0')
     opened.page.wait_for_url(f"**/cases/{case_id}")
     assert opened.console == []
 

@@ -87,8 +87,20 @@ def _rule(view: DiffView) -> str:
     )
 
 
+def _more(view: DiffView, shown: int, total: int, what: str) -> list[str]:
+    """The line that says how many entries of a section were left out, and where they are."""
+    if total <= shown:
+        return []
+    base, head = view.base.id if view.base else "BASE", view.head.id if view.head else "HEAD"
+    return [
+        f"  ... and {total - shown} more {what}: see the diff report "
+        f"(convmatrix diff {base} {head} --out diff.html)"
+    ]
+
+
 def diff_text(view: DiffView, limit: int = 10) -> str:
-    """The text summary printed on stdout: counts per section and the first few entries."""
+    """The text summary printed on stdout: counts per section and the first ``limit`` entries
+    of each, then how many more there are and where to see them all."""
     lines = [
         f"diff {view.base.title} -> {view.head.title}",
         f"  cases: {view.n_common} in both, {len(view.added)} added, {len(view.removed)} removed",
@@ -105,8 +117,10 @@ def diff_text(view: DiffView, limit: int = 10) -> str:
     for c in view.new_failures[:limit]:
         was = c.base_outcome or "not in base"
         lines.append(f"  NEW FAILURE  {c.name} ({was} -> {c.head_outcome})")
+    lines += _more(view, limit, len(view.new_failures), "new failures")
     for e in view.error_regressions[:limit]:
         lines.append(f"  REGRESSION   {e.name} {e.output}: {e.text()}")
+    lines += _more(view, limit, len(view.error_regressions), "error regressions")
     if view.timing.drift is not None:
         drift = view.timing.drift
         lines.append(f"  machine drift (framework path, median over cases): x{drift:.3f}")
@@ -125,6 +139,7 @@ def diff_text(view: DiffView, limit: int = 10) -> str:
             f"  SLOWER       {t.name} [{t.scope}{'/' + t.mode if t.mode else ''}] "
             f"x{t.ratio:.2f} (p={t.p_value:.2g}{corrected})"
         )
+    lines += _more(view, limit, len(view.timing.regressions), "timing regressions")
     history = view.timing_history
     if history is not None:
         lines.append(
@@ -134,6 +149,7 @@ def diff_text(view: DiffView, limit: int = 10) -> str:
         for c in history.regressions[:limit]:
             mode = "/" + c.mode if c.mode else ""
             lines.append(f"  SLOWER SINCE {c.name} [{c.scope}{mode}] x{c.ratio:.2f}")
+        lines += _more(view, limit, len(history.regressions), "timing regressions since")
     if view.empty:
         lines.append("  no changes")
     return "\n".join(lines)

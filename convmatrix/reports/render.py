@@ -73,13 +73,15 @@ def _static(name: str) -> str:
     return resources.files("convmatrix.reports").joinpath("templates", name).read_text()
 
 
-def content_policy(form_action: str = "'none'") -> str:
+def content_policy(form_action: str = "'none'", connect_src: str | None = None) -> str:
     """The pages' Content-Security-Policy: no fetch at all, our inline script by its hash;
-    ``convmatrix serve`` allows its own forms (``form_action="'self'"``)."""
+    ``convmatrix serve`` allows its own forms (``form_action="'self'"``) and the triage
+    form's requests to itself (``connect_src="'self'"``). Static reports fetch nothing."""
     digest = base64.b64encode(hashlib.sha256(_static("report.js").encode()).digest()).decode()
+    connect = f"; connect-src {connect_src}" if connect_src else ""
     return (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action {form_action}"
+        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action {form_action}{connect}"
     )
 
 

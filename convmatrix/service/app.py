@@ -1,19 +1,25 @@
 """``convmatrix serve``: the report pages, live from the database, at stable URLs.
 
-Every page is a view-model from ``service.pages`` rendered through the report templates (the
-static reports and the served pages cannot drift apart), and every page has its JSON at the
-same path under ``/api`` (the view-model the static page writes beside its HTML)::
+Every page is a view-model from ``service.pages`` or ``service.alert_pages`` rendered through
+the report templates (the static reports and the served pages cannot drift apart), and every
+page has its JSON at the same path under ``/api`` (the view-model the static page writes beside
+its HTML)::
 
     /                             runs, filterable: ?kernel=&label=&device=&matrix=&since=&until=
     /runs/{run}                   a run (id, latest, label or commit, as on the command line)
-    /diff/{base}/{head}           two runs matched by case id
+    /diff/{base}/{head}           two runs matched by case id (/diff?base=&head=: the picker)
     /history/{dtype}              one input dtype over the runs (?kernel=&output=&since=)
     /cases/{case_id}              one case across runs and commits, with its rerun command
-    /regressions                  the regressions (?state=detected&state=confirmed&kernel=)
+    /regressions                  the alerts, newest first (?state=detected&state=confirmed&kernel=)
+    /alerts/{id}                  one alert: its cases, why, history, rerun, bisection, events
+    /regressions/{id}             one regression: its outputs, history, rerun, events
 
-Read-only: the server never writes, nor migrates; a database behind the newest schema is
-refused with the command that upgrades it. A name that matches nothing is a 404 with the
-same one-line message the command line would print.
+Writes (triage) are ``POST /api/regressions/{id}`` and ``POST /api/alerts/{id}`` with a JSON
+body (``service.triage_api``), allowed only when the server has a token and the request carries
+it and comes from no other site (``service.access``); without a token the server is read-only
+and every write answers 403. It never migrates: a database behind the newest schema is refused
+with the command that upgrades it. A name that matches nothing is a 404 with the same one-line
+message the command line would print.
 """
 
 from __future__ import annotations
@@ -21,19 +27,39 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Route
 
 from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
+from convmatrix.db.engine import connection_error
 from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.viewmodel import to_jsonable
-from convmatrix.service import pages
+from convmatrix.service import alert_pages, pages
+from convmatrix.service.access import write_refusal
+from convmatrix.service.regressions import TRANSITIONS
+from convmatrix.service.triage_api import (
+    MAX_BODY,
+    BadRequest,
+    NotFound,
+    parse_change,
+    triage_alert,
+    triage_regression,
+)
 
 __all__ = ["create_app"]
 
@@ -61,37 +87,115 @@ PAGES: dict[str, Builder] = {
     "/cases/{case_id}": lambda s, u, r: pages.case_page(
         s, u, r.path_params["case_id"], kernel=_query(r, "kernel")
     ),
-    "/regressions": lambda s, u, r: pages.regressions_page(
+    "/regressions": lambda s, u, r: alert_pages.alerts_page(
         s, u, r.query_params.getlist("state"), kernel=_query(r, "kernel")
+    ),
+    "/alerts/{alert_id}": lambda s, u, r: alert_pages.alert_page(s, u, r.path_params["alert_id"]),
+    "/regressions/{regression_id}": lambda s, u, r: alert_pages.regression_page(
+        s, u, r.path_params["regression_id"]
     ),
 }
 
+WRITES = {"/api/regressions/{id}": triage_regression, "/api/alerts/{id}": triage_alert}
 
-def create_app(db: str | None = None) -> Starlette:
-    """The ASGI app serving ``db`` (default ``CONVMATRIX_DB``, else ``convmatrix.db``)."""
-    database = Database.open(db, existing=True, upgrade=False)  # serve never writes
+
+def _refused(status: int, reason: str) -> Response:
+    return PlainTextResponse(f"convmatrix serve: {reason}\n", status_code=status)
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body, or ``None`` when it is over ``MAX_BODY`` (not read further)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY:
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return None
+    return body
+
+
+def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
+    """The ASGI app serving ``db`` (default ``CONVMATRIX_DB``, else ``convmatrix.db``);
+    ``token``: the bearer token writes need (``None``: read-only)."""
+    if token is not None and not token.strip():
+        raise UsageError("--token-file: the token is empty")
+    database = Database.open(db, existing=True, upgrade=False)  # serve never migrates
     engine, url = database.engine, database.url
-    csp = content_policy(form_action="'self'")
+    csp = content_policy(form_action="'self'", connect_src="'self'")
+    # Only a header can forbid framing (a <meta> policy may not say frame-ancestors).
+    headers = {
+        "Content-Security-Policy": csp + "; frame-ancestors 'none'",
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "same-origin",
+    }
+    writable = token is not None
 
     def endpoint(builder: Builder, as_json: bool) -> Callable[[Request], Response]:
         def handle(request: Request) -> Response:  # sync: Starlette runs it in a thread
             try:
                 with Session(engine) as session:
                     view = builder(session, url, request)
+                    extra = {} if as_json else pages.served_context(session, view)
             except UsageError as err:
-                return PlainTextResponse(f"convmatrix serve: {err}\n", status_code=404)
+                return _refused(404, str(err))
             if as_json:
                 return JSONResponse(to_jsonable(view))
             path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            html = render_html(view, served=True, request_path=path, csp=csp)
-            return HTMLResponse(html, headers={"Content-Security-Policy": csp})
+            html = render_html(
+                view, served=True, request_path=path, csp=csp, writable=writable,
+                transitions=TRANSITIONS, **extra,
+            )  # fmt: skip
+            return HTMLResponse(html, headers=headers)
 
         return handle
 
-    routes = []
+    def compare(request: Request) -> Response:
+        """The runs index's picker: ``/diff?base=A&head=B`` is ``/diff/A/B``."""
+        base, head = _query(request, "base"), _query(request, "head")
+        if base is None or head is None:
+            return _refused(400, "/diff needs two runs: /diff?base=RUN&head=RUN")
+        return RedirectResponse(f"/diff/{quote(base, safe='')}/{quote(head, safe='')}", 303)
+
+    def write(action: Callable[..., alert_pages.TriageResult]) -> Callable[..., Any]:
+        async def handle(request: Request) -> Response:
+            origin = f"{request.url.scheme}://{request.url.netloc}"
+            refusal = write_refusal(token, request.headers, origin)
+            if refusal is not None:
+                return _refused(403, refusal)
+            kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                return _refused(415, f"send JSON (Content-Type: application/json), not {kind!r}")
+            body = await _body(request)
+            if body is None:
+                return _refused(413, f"the body is over {MAX_BODY} bytes")
+            target = request.path_params["id"]
+            if not target.isdigit():
+                return _refused(404, f"{target!r}: no such id (give a number)")
+            try:
+                change = parse_change(body, request.headers.get("x-convmatrix-user"))
+                result = await run_in_threadpool(_write, action, int(target), change)
+            except NotFound as err:
+                return _refused(404, str(err))
+            except BadRequest as err:
+                return _refused(400, str(err))
+            except SQLAlchemyError as err:  # locked past the busy timeout, read-only, gone
+                return _refused(503, f"nothing changed: {connection_error(engine, err)}")
+            return JSONResponse(to_jsonable(result))
+
+        return handle
+
+    def _write(action: Callable[..., Any], target: int, change: Any) -> Any:
+        with database.writing() as session:
+            return action(session, target, change)
+
+    routes = [Route("/diff", compare, methods=["GET"])]
     for path, builder in PAGES.items():
         routes.append(Route(path, endpoint(builder, False), methods=["GET"]))
         routes.append(Route("/api" + path, endpoint(builder, True), methods=["GET"]))
+    for path, action in WRITES.items():
+        routes.append(Route(path, write(action), methods=["POST"]))
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -100,4 +204,5 @@ def create_app(db: str | None = None) -> Starlette:
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.url = url
+    app.state.writable = writable
     return app

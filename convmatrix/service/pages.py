@@ -1,7 +1,12 @@
 """The view-models of the served pages: the same builders as the static reports for a run,
-a diff and a dtype history, plus three pages only the service has (the runs index, one
-case's history across runs and commits, the regressions). Plain dataclasses, read from the
-database; ``app`` renders them through the report templates and returns them as JSON."""
+a diff and a dtype history, plus pages only the service has (the runs index, one case's
+history across runs and commits; alerts and regressions are in ``alert_pages``). Plain
+dataclasses, read from the database; ``app`` renders them through the report templates and
+returns them as JSON.
+
+``served_context`` adds what only a served page shows beside a run or a diff (links to each
+case's regressions, the failing outputs of each new failure, the dtypes for History links):
+it goes to the template, never into the JSON, which stays the static report's view-model."""
 
 from __future__ import annotations
 
@@ -10,34 +15,29 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, RUN_KINDS
 from convmatrix.db.engine import redact_url
-from convmatrix.db.models import CaseRow, MetricRow, Run
+from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, RegressionRow, Run
 from convmatrix.db.queries import load_results, resolve_run
 from convmatrix.reports.diff import DiffView, build_diff
 from convmatrix.reports.history_view import parse_since
 from convmatrix.reports.run_view import RunView, build_run_view, rerun_command
 from convmatrix.reports.source import load_run
 from convmatrix.reports.viewmodel import run_header
-from convmatrix.service.regressions import (
-    Regression,
-    RegressionEvent,
-    list_regressions,
-    regression_events,
-)
+from convmatrix.service.alert_pages import chunks
+from convmatrix.service.regressions import Regression, list_regressions
 
 __all__ = [
     "CaseHistoryView",
-    "RegressionsView",
     "RunsView",
     "case_page",
     "diff_page",
-    "regressions_page",
     "run_page",
     "runs_page",
+    "served_context",
 ]
 
 RUN_FILTERS = ("kernel", "label", "device", "matrix", "kind", "since", "until")
@@ -96,17 +96,6 @@ class CaseHistoryView:
     runs: list[CaseRun]
     rerun: str  # the command that reruns this case as the newest run did
     regressions: list[Regression]
-
-
-@dataclass
-class RegressionsView:
-    kind: str
-    database: str
-    states: list[str]
-    kernel: str | None
-    regressions: list[Regression]
-    counts: dict[str, int]  # state -> regressions shown
-    events: dict[int, list[RegressionEvent]] = field(default_factory=dict)
 
 
 def _iso(moment: Any) -> str:
@@ -226,15 +215,97 @@ def case_page(
     )  # fmt: skip
 
 
-def regressions_page(
-    session: Session, url: str, states: list[str], kernel: str | None = None
-) -> RegressionsView:
-    found = list_regressions(session, states=states, kernel=kernel)
-    counts: dict[str, int] = {}
-    for reg in found:
-        counts[reg.state] = counts.get(reg.state, 0) + 1
-    return RegressionsView(
-        kind="regressions", database=redact_url(url), states=states, kernel=kernel,
-        regressions=found, counts=counts,
-        events={r.id: regression_events(session, r.id) for r in found[:200]},
-    )  # fmt: skip
+@dataclass
+class RegressionLink:
+    """A regression a served page links a case to."""
+
+    id: int
+    alert_id: int | None
+    kind: str
+    state: str
+
+
+def _case_regressions(
+    session: Session, run: Any, case_ids: list[str]
+) -> dict[str, list[RegressionLink]]:
+    """The regressions of ``run``'s kernel, matrix and device for these cases, newest first."""
+    found: dict[str, list[RegressionLink]] = {}
+    rows = [
+        row
+        for batch in chunks(dict.fromkeys(case_ids))
+        for row in session.execute(
+            select(RegressionRow.id, RegressionRow.alert_id, RegressionRow.kind,
+                   RegressionRow.state, RegressionRow.case_id)
+            .where(RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
+                   RegressionRow.device == run.device.split(" ", 1)[0],
+                   RegressionRow.case_id.in_(batch))
+        )
+    ]  # fmt: skip
+    for r in sorted(rows, key=lambda row: -row.id):
+        found.setdefault(r.case_id, []).append(RegressionLink(r.id, r.alert_id, r.kind, r.state))
+    return found
+
+
+def _dtypes(session: Session, run_id: int) -> list[str]:
+    return sorted(session.scalars(select(CaseRow.x_dtype).where(CaseRow.run_id == run_id)
+                                  .distinct()))  # fmt: skip
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
+def failure_details(
+    session: Session, base_id: int, head_id: int, case_ids: list[str]
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Each case's failing outputs in run ``head_id`` (bound usage, and in ``base_id``; the
+    usage allowed) and its failed property checks: what a new failure's row names."""
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {
+        c: {"outputs": [], "properties": []} for c in case_ids
+    }
+    base_case, base_metric = aliased(CaseRow), aliased(MetricRow)
+    for batch in chunks(found):
+        rows = session.execute(
+            select(CaseRow.case_id, MetricRow.output, MetricRow.bound_usage,
+                   MetricRow.usage_limit, MetricRow.e_rel,
+                   base_metric.bound_usage.label("base_usage"))
+            .join(MetricRow, MetricRow.case_pk == CaseRow.id)
+            .outerjoin(base_case, (base_case.run_id == base_id)
+                       & (base_case.case_id == CaseRow.case_id))
+            .outerjoin(base_metric, (base_metric.case_pk == base_case.id)
+                       & (base_metric.output == MetricRow.output))
+            .where(CaseRow.run_id == head_id, CaseRow.case_id.in_(batch), ~MetricRow.passed)
+            .order_by(MetricRow.id)
+        )  # fmt: skip
+        for r in rows:
+            found[r.case_id]["outputs"].append({
+                "output": r.output, "base_usage": _number(r.base_usage),
+                "usage": _number(r.bound_usage), "allowed": _number(r.usage_limit),
+                "e_rel": _number(r.e_rel),
+            })  # fmt: skip
+        props = session.execute(
+            select(CaseRow.case_id, PropertyRow.name, PropertyRow.detail)
+            .join(PropertyRow, PropertyRow.case_pk == CaseRow.id)
+            .where(CaseRow.run_id == head_id, CaseRow.case_id.in_(batch), ~PropertyRow.passed)
+            .order_by(PropertyRow.id)
+        )
+        for p in props:
+            found[p.case_id]["properties"].append({"name": p.name, "detail": p.detail})
+    return found
+
+
+def served_context(session: Session, view: Any) -> dict[str, Any]:
+    """What a served run or diff page shows beyond its view-model (see the module's text)."""
+    if view.kind == "run":
+        ids = [f.case_id for f in view.failures]
+        return {"case_regressions": _case_regressions(session, view.run, ids),
+                "dtypes": _dtypes(session, view.run.id)}  # fmt: skip
+    if view.kind == "diff":
+        new = [c.case_id for c in view.new_failures]
+        ids = new + [c.case_id for c in view.still_failing + view.fixed]
+        return {
+            "case_regressions": _case_regressions(session, view.head, ids),
+            "failure_details": failure_details(session, view.base.id, view.head.id, new),
+            "dtypes": _dtypes(session, view.head.id),
+        }
+    return {}

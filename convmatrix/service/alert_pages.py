@@ -1,0 +1,333 @@
+"""The served pages of alerts and regressions, as view-models: the alerts index
+(``/regressions``), one alert (``/alerts/{id}``) and one regression (``/regressions/{id}``).
+
+An alert's page holds what a person needs to decide about it: its cases (one regression each,
+with every failing output's bound usage before and after and what was allowed, and the failed
+property checks), the dimension values that explain them, each case over the runs around the
+alert (every point links to its run), the command that reruns the cases at the commit to check
+out, what confirmation and bisection found, and each regression's events. Plain dataclasses
+read from the database; ``service.app`` renders them and serves them as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from convmatrix.core.errors import UsageError
+from convmatrix.db.engine import redact_url
+from convmatrix.db.models import AlertRow, CaseRow, MetricRow, RegressionEventRow, Run
+from convmatrix.db.queries import resolve_run
+from convmatrix.reports.run_view import rerun_command
+from convmatrix.reports.viewmodel import run_header
+from convmatrix.service.alerts import Alert, get_alert, list_alerts
+from convmatrix.service.regressions import (
+    NEEDS_REASON,
+    TRANSITIONS,
+    Regression,
+    RegressionEvent,
+    list_regressions,
+)
+
+__all__ = [
+    "AlertView",
+    "AlertsView",
+    "HistoryPoint",
+    "HistoryRun",
+    "RegressionDetail",
+    "RegressionView",
+    "TriageResult",
+    "alert_page",
+    "alerts_page",
+    "chunks",
+    "events_of",
+    "regression_page",
+    "triage_result",
+]
+
+HISTORY_BEFORE = 6  # runs shown before the alert's run in each case's history
+HISTORY_AFTER = 6  # and after it (did a later run fix it?)
+
+
+@dataclass
+class HistoryRun:
+    """One run of the alert's lineage (kernel, matrix, device): a column of the history."""
+
+    run_id: int
+    commit: str | None
+    label: str | None
+    started_at: str
+    role: str  # "baseline", "alert" (the run that found it), or ""
+
+
+@dataclass
+class HistoryPoint:
+    """A case in one run of the history: its outcome (None: the run does not hold it) and
+    its worst bound usage over its outputs (None: none recorded)."""
+
+    run_id: int
+    outcome: str | None
+    usage: float | None
+
+
+@dataclass(frozen=True)
+class RegressionDetail(Regression):
+    """A regression with what its pages show beside it: the states it may move to, its
+    events (oldest first) and its case over the runs of the history."""
+
+    allowed: list[str] = field(default_factory=list)
+    events: list[RegressionEvent] = field(default_factory=list)
+    history: list[HistoryPoint] = field(default_factory=list)
+
+
+@dataclass
+class Rerun:
+    """How to run the cases again where they failed: check out ``commit`` (None: the run
+    recorded none), then ``command``."""
+
+    commit: str | None
+    command: str
+    run_id: int
+
+    @property
+    def lines(self) -> str:
+        checkout = f"git checkout {shlex.quote(self.commit)}\n" if self.commit else ""
+        return checkout + self.command
+
+
+@dataclass
+class AlertsView:
+    kind: str
+    database: str
+    states: list[str]
+    kernel: str | None
+    alerts: list[Alert]
+    counts: dict[str, int]  # state -> regressions in the alerts shown
+    kernels: list[str]  # every kernel that has an alert (the filter's choices)
+    # Regressions older than alerts (schema 0006/0007), in no alert; filtered alike.
+    unfiled: list[Regression] = field(default_factory=list)
+
+
+@dataclass
+class AlertView:
+    kind: str
+    database: str
+    alert: Alert  # its regressions as ``RegressionDetail``
+    runs: list[HistoryRun]  # the columns of each regression's ``history``
+    rerun: Rerun | None  # every case of the alert (None: its run is gone)
+    allowed: list[str]  # the states at least one of its regressions may move to
+    needs_reason: list[str]  # states that need a note
+
+
+@dataclass
+class RegressionView:
+    kind: str
+    database: str
+    regression: RegressionDetail
+    alert: Alert | None  # the alert that holds it, with its other regressions
+    runs: list[HistoryRun]
+    rerun: Rerun | None
+    needs_reason: list[str]
+
+
+@dataclass
+class TriageResult:
+    """What a write through the API did: the regressions as they are now, with their events,
+    and those of an alert that could not make the move (id and why)."""
+
+    regressions: list[RegressionDetail]
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+
+CHUNK = 500  # values per IN (...) list: far below any backend's limit on bound parameters
+
+
+def chunks(values: Iterable[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+    """``values`` in lists of at most ``size``, for ``IN`` lists of any length."""
+    batch: list[Any] = []
+    for value in values:
+        batch.append(value)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _iso(moment: Any) -> str:
+    return moment.isoformat(timespec="seconds") if moment is not None else ""
+
+
+def events_of(session: Session, ids: Iterable[int]) -> dict[int, list[RegressionEvent]]:
+    """The events of several regressions at once, each list oldest first."""
+    wanted = list(ids)
+    found: dict[int, list[RegressionEvent]] = {i: [] for i in wanted}
+    if not wanted:
+        return found
+    rows = [
+        row
+        for batch in chunks(wanted)
+        for row in session.scalars(
+            select(RegressionEventRow).where(RegressionEventRow.regression_id.in_(batch))
+        )
+    ]
+    for r in sorted(rows, key=lambda row: row.id):
+        found[r.regression_id].append(RegressionEvent(
+            r.regression_id, _iso(r.at), r.by, r.from_state, r.to_state, r.run_id, r.note,
+        ))  # fmt: skip
+    return found
+
+
+def _lineage_window(
+    session: Session, kernel: str, matrix: str, device: str, around: int | None,
+    roles: dict[int, str],
+) -> list[HistoryRun]:  # fmt: skip
+    """The plain runs of a lineage around run ``around`` (the newest when it is gone)."""
+    rows = session.execute(
+        select(Run.id, Run.kernel_commit, Run.label, Run.started_at)
+        .where(Run.kind == "run", Run.kernel == kernel, Run.matrix == matrix,
+               Run.device_kind == device)
+        .order_by(Run.started_at, Run.id)
+    ).all()  # fmt: skip
+    at = next((i for i, r in enumerate(rows) if r.id == around), len(rows) - 1)
+    window = rows[max(0, at - HISTORY_BEFORE) : at + HISTORY_AFTER + 1]
+    return [
+        HistoryRun(r.id, r.kernel_commit, r.label, _iso(r.started_at), roles.get(r.id, ""))
+        for r in window
+    ]
+
+
+def _history(
+    session: Session, runs: Sequence[HistoryRun], case_ids: Iterable[str]
+) -> dict[str, list[HistoryPoint]]:
+    """Each case over ``runs``: one point per run, in their order."""
+    ids, run_ids = sorted(set(case_ids)), [r.run_id for r in runs]
+    rows = [
+        row
+        for batch in chunks(ids) if run_ids
+        for row in session.execute(
+            select(CaseRow.id, CaseRow.case_id, CaseRow.run_id, CaseRow.outcome)
+            .where(CaseRow.run_id.in_(run_ids), CaseRow.case_id.in_(batch))
+        )
+    ]  # fmt: skip
+    usage: dict[int, float | None] = {}
+    for batch in chunks(r.id for r in rows):
+        found = session.execute(
+            select(MetricRow.case_pk, func.max(MetricRow.bound_usage))
+            .where(MetricRow.case_pk.in_(batch)).group_by(MetricRow.case_pk)
+        )  # fmt: skip
+        usage.update((pk, value) for pk, value in found)
+    seen = {
+        (r.case_id, r.run_id): (r.outcome, None if usage.get(r.id) is None else float(usage[r.id]))
+        for r in rows
+    }
+    return {
+        cid: [HistoryPoint(run, *seen.get((cid, run), (None, None))) for run in run_ids]
+        for cid in ids
+    }
+
+
+def _details(
+    session: Session, regressions: Sequence[Regression], runs: Sequence[HistoryRun]
+) -> list[RegressionDetail]:
+    events = events_of(session, [r.id for r in regressions])
+    history = _history(session, runs, [r.case_id for r in regressions])
+    names = [f.name for f in dataclasses.fields(Regression)]
+    return [
+        RegressionDetail(
+            **{name: getattr(r, name) for name in names},
+            allowed=list(TRANSITIONS[r.state]),
+            events=events[r.id],
+            history=history.get(r.case_id, []),
+        )
+        for r in regressions
+    ]
+
+
+def _rerun(session: Session, url: str, run_id: int | None, case_ids: list[str]) -> Rerun | None:
+    """The rerun of ``case_ids`` as run ``run_id`` ran them, at its commit."""
+    if run_id is None:
+        return None
+    try:
+        info = resolve_run(session, run_id)
+    except UsageError:
+        return None
+    command = rerun_command(run_header(info, url), sorted(dict.fromkeys(case_ids)))
+    return Rerun(commit=info.kernel_commit, command=command, run_id=info.id)
+
+
+def alerts_page(
+    session: Session, url: str, states: list[str], kernel: str | None = None
+) -> AlertsView:
+    """The alerts, newest first (``states``: only those holding a regression in one of
+    them; ``kernel``: only its), and the regressions that are in no alert."""
+    alerts = list_alerts(session, states=states, kernel=kernel)
+    counts: dict[str, int] = {}
+    for alert in alerts:
+        for reg in alert.regressions:
+            counts[reg.state] = counts.get(reg.state, 0) + 1
+    unfiled = [
+        r for r in list_regressions(session, states=states, kernel=kernel) if r.alert_id is None
+    ]
+    kernels = sorted(session.scalars(select(AlertRow.kernel).distinct()))
+    return AlertsView(
+        kind="alerts", database=redact_url(url), states=list(states), kernel=kernel,
+        alerts=alerts, counts=counts, kernels=kernels, unfiled=unfiled,
+    )  # fmt: skip
+
+
+def _id(text: str | int, what: str) -> int:
+    value = str(text).strip()
+    if not value.isdigit():
+        raise UsageError(f"{what} {value!r}: give its number")
+    return int(value)
+
+
+def alert_page(session: Session, url: str, alert_id: str | int) -> AlertView:
+    alert = get_alert(session, _id(alert_id, "alert"))
+    roles = {alert.run_id: "alert"} if alert.run_id is not None else {}
+    if alert.baseline_run is not None:
+        roles[alert.baseline_run] = "baseline"
+    runs = _lineage_window(session, alert.kernel, alert.matrix, alert.device, alert.run_id, roles)
+    details = _details(session, alert.regressions, runs)
+    allowed = sorted({s for r in details for s in r.allowed}, key=list(TRANSITIONS).index)
+    return AlertView(
+        kind="alert", database=redact_url(url),
+        alert=dataclasses.replace(alert, regressions=details), runs=runs,
+        rerun=_rerun(session, url, alert.run_id, [r.case_id for r in details]),
+        allowed=allowed, needs_reason=list(NEEDS_REASON),
+    )  # fmt: skip
+
+
+def regression_page(session: Session, url: str, regression_id: str | int) -> RegressionView:
+    wanted = _id(regression_id, "regression")
+    found = list_regressions(session, ids=[wanted])
+    if not found:
+        raise UsageError(f"regression {wanted}: no such regression")
+    reg = found[0]
+    alert = get_alert(session, reg.alert_id) if reg.alert_id is not None else None
+    roles = {reg.first_bad_run: "alert"} if reg.first_bad_run is not None else {}
+    if reg.last_good_run is not None:
+        roles[reg.last_good_run] = "baseline"
+    runs = _lineage_window(session, reg.kernel, reg.matrix, reg.device, reg.first_bad_run, roles)
+    detail = _details(session, [reg], runs)[0]
+    return RegressionView(
+        kind="regression", database=redact_url(url), regression=detail, alert=alert, runs=runs,
+        rerun=_rerun(session, url, reg.first_bad_run, [reg.case_id]),
+        needs_reason=list(NEEDS_REASON),
+    )  # fmt: skip
+
+
+def triage_result(
+    session: Session, ids: Sequence[int], skipped: list[dict[str, Any]] | None = None
+) -> TriageResult:
+    """The regressions ``ids`` as they are now (after a write), with their events."""
+    found = {r.id: r for r in list_regressions(session, ids=list(ids))} if ids else {}
+    details = _details(session, [found[i] for i in ids if i in found], ())
+    return TriageResult(regressions=details, skipped=list(skipped or []))
