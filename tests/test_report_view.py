@@ -53,7 +53,7 @@ def view(results):
     [
         (1, "1"), (3, "K-1"), (4, "K"), (5, "K+1"), (40, "(K+1, tile-1)"), (63, "tile-1"),
         (64, "tile"), (65, "tile+1"), (127, "2*tile-1"), (128, "2*tile"), (129, "2*tile+1"),
-        (100, "> tile, off boundary"),
+        (100, "> tile (off boundary)"),
     ],
 )  # fmt: skip
 def test_length_class_names_lengths_by_their_relation_to_k_and_the_tile(seqlen, expected):

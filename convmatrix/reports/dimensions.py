@@ -64,7 +64,7 @@ def length_class(case: Case, geometry: Mapping[str, Any] | None = None) -> str:
         return f"{n}*tile+1"
     if rest == tile - 1:
         return f"{n + 1}*tile-1"
-    return "> tile, off boundary"
+    return "> tile (off boundary)"
 
 
 _LENGTH_ORDER = ("1", "K-1", "K", "K+1", "< 2K", ">= 2K", "(K+1, tile-1)", "tile-1", "tile")

@@ -91,9 +91,10 @@ class Regression:
         what = self.kind.replace("_", " ") + (f" {self.output}" if self.output else "")
         good = (self.last_good_commit or "-")[:10]
         bad = (self.first_bad_commit or "-")[:10]
+        good_run, bad_run = self.last_good_run or "-", self.first_bad_run or "-"
         line = (
             f"#{self.id} {self.state:<12} {what:<18} {self.case_name} "
-            f"[good {good} run {self.last_good_run}, bad {bad} run {self.first_bad_run}]"
+            f"[good {good} run {good_run}, bad {bad} run {bad_run}]"
         )
         return line + (f"\n      {self.detail}" if self.detail else "")
 
