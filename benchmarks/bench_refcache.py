@@ -72,9 +72,8 @@ def main() -> None:
     ]
     print(f"  verdicts and usages identical: {same[0] == same[1]}")
     reference = phases[0]["reference"] / max(phases[1].get("reference", 0.0), 1e-9)
-    print(
-        f"  reference phase x{reference:.1f} (target >= 10), wall {'less' if walls[1] < walls[0] else 'NOT less'}"
-    )
+    less = "less" if walls[1] < walls[0] else "NOT less"
+    print(f"  reference phase x{reference:.1f} (target >= 10), wall {less}")
 
 
 if __name__ == "__main__":
