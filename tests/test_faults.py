@@ -12,11 +12,13 @@ workers must go, what it received must be stored, the run shows as abandoned and
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from runner_helpers import (
@@ -251,3 +253,93 @@ def test_a_watched_process_and_its_children_end_when_its_parent_is_killed(tmp_pa
             if pid is not None and _alive(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+
+
+# -- round two (issue 23): the database blinks ---------------------------------------------------
+INFRASTRUCTURE_EXIT = 3  # core.errors.EXIT_CODES: the database or the executor failed
+
+
+def _journals(*places: Path) -> list[Path]:
+    return sorted(p for place in places for p in place.glob("convmatrix-journal-*.jsonl"))
+
+
+@pytest.mark.requires("postgresql-server")
+def test_postgres_stopped_at_the_end_of_a_run_loses_no_result(tmp_path):
+    """PostgreSQL crashes (``pg_ctl stop -m immediate``) at the 10th of 12 cases and stays
+    down: the run retries for its bound (2 s here), keeps what the database refused in its
+    journal, says so in one line and exits 3 (infrastructure); started again, ``--resume``
+    replays the journal: all 12 results stored, the run finished, nothing run twice."""
+    from private_postgres import PrivatePostgres
+
+    with PrivatePostgres() as pg:
+        stop = json.dumps(pg.stop_command("immediate"))
+        args = ["run", "--matrix", str(FAULTS), "--kernel", "fault_kernels:StopsTheDatabase"]
+        done = run(
+            convmatrix_cmd(*args, "-n", "0", "--db", pg.url),
+            tmp_path,
+            FAULT_STOP_DB=stop,
+            CONVMATRIX_DB_RETRY_S="2",
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == INFRASTRUCTURE_EXIT, out
+        assert "Traceback" not in out and "INTERNALERROR" not in out, out
+        (journal,) = _journals(tmp_path)  # the working directory, for a database server
+        lines = [line for line in out.splitlines() if "infrastructure failure:" in line]
+        assert len(lines) == 1 and str(journal) in lines[0], out
+        assert "[interrupted]" in out, out
+        kept = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+        assert kept[0]["kind"] == "run" and kept[0]["journal"] is True
+
+        pg.start()  # crash recovery, then it takes connections again
+        (info,) = runs(pg.url)
+        stored_before = sum(info.counts.values())
+        assert stored_before + len(kept) - 1 >= len(EXPECTED)  # stored or journalled: all 12
+        resumed = run(convmatrix_cmd("run", "--resume", str(info.id), "--db", pg.url), tmp_path)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "from its journal" in resumed.stdout, resumed.stdout
+        (info,) = runs(pg.url)
+        assert info.status == "finished", info.status
+        assert info.counts["passed"] == info.n_planned == len(EXPECTED)
+        assert len(results(pg.url, info.id)) == len(EXPECTED)
+        assert not _journals(tmp_path), "the replayed journal stays as if not replayed"
+
+
+@pytest.mark.requires("tmpfs")
+def test_a_full_disk_under_sqlite_loses_no_result(tmp_path):
+    """The run's SQLite file sits on a 4 MB tmpfs that a kernel fills at the 10th of 12
+    cases (-n 2: the controller's writer, xdist workers): the results the full disk refuses
+    go to the journal in the working directory (beside the database there is no room), exit
+    3; with room again, ``--resume`` stores all 12."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+    try:
+        url = f"sqlite:///{disk / 'results.db'}"
+        filler = disk / "filler"
+        work = tmp_path / "work"
+        work.mkdir()
+        args = ["run", "--matrix", str(FAULTS), "--kernel", "fault_kernels:FillsTheDisk"]
+        done = run(
+            convmatrix_cmd(*args, "-n", "2", "--db", url),
+            work,
+            FAULT_FILL=str(filler),
+            CONVMATRIX_DB_RETRY_S="2",
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == INFRASTRUCTURE_EXIT, out
+        assert "Traceback" not in out and "INTERNALERROR" not in out, out
+        # (the disk may have taken the journal's first lines before it refused it too)
+        journal = _journals(work)[0]
+        lines = [line for line in out.splitlines() if "infrastructure failure:" in line]
+        assert len(lines) == 1 and str(journal) in lines[0], out
+
+        filler.unlink()  # room again
+        (info,) = runs(url)
+        resumed = run(convmatrix_cmd("run", "--resume", str(info.id), "--db", url), work)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        (info,) = runs(url)
+        assert info.status == "finished"
+        assert info.counts["passed"] == info.n_planned == len(EXPECTED)
+        assert not _journals(work, disk), "a replayed journal left as if not replayed"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
