@@ -343,3 +343,82 @@ def test_a_full_disk_under_sqlite_loses_no_result(tmp_path):
         assert not _journals(work, disk), "a replayed journal left as if not replayed"
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+# -- round two: secrets and a sharded run's identity ----------------------------------------------
+def _first_line(cmd: list[str], cwd: Path, limit_s: float = 120.0) -> str:
+    """The first line a long-running command prints (then it is stopped)."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + limit_s
+        line = ""
+        while not line and time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stdout.readline()
+        return line or proc.stdout.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.requires("starlette")
+def test_no_password_in_a_sharded_run_its_export_or_serve(tmp_path, postgres_url):
+    """The shard path built its run row without redaction: ``runs.argv`` held the database
+    password, and ``export`` copied it; ``serve`` printed the URL with it. A password with a
+    space and an '@' (URL-encoded, as a URL must carry them) is redacted too."""
+    secret = "s3cret pw@x"
+    url = make_url(postgres_url).set(password=secret).render_as_string(hide_password=False)
+    assert "s3cret pw%40x" in url  # the space raw, the '@' URL-encoded
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "torch", "-n", "0"]
+    done = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "nightly-7", "--db", url),
+               tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (info,) = runs(postgres_url)
+    shown = " ".join(info.argv)
+    assert "s3cret" not in shown and "***" in shown, shown
+    out = tmp_path / "export.jsonl"
+    exported = run(convmatrix_cmd("export", "nightly-7", "--out", str(out), "--db", url), tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    assert "s3cret" not in out.read_text()
+    line = _first_line(convmatrix_cmd("serve", "--db", url, "--port", "0"), tmp_path)
+    assert line.startswith("convmatrix serve:") and "s3cret" not in line and "***" in line, line
+
+
+def test_argv_redaction_covers_passwords_with_spaces_and_reserved_characters():
+    argv = ["--db", "postgresql://u:pa ss@h/d", "--db=postgresql://u:p%40ss@h:5/d?x=1",
+            "postgresql://u:p@ss@h/d",
+            "postgresql://h/d?user=u&password=a b&sslmode=off"]  # fmt: skip
+    shown = " ".join(redact_argv(argv))
+    assert not any(s in shown for s in ("pa ss", "p%40ss", "p@ss", "a b")), shown
+    assert "sslmode=off" in shown and "x=1" in shown
+
+
+def test_a_shard_of_another_commit_is_refused_and_a_reused_label_runs_nothing_twice(
+    tmp_path, sqlite_url
+):
+    """A shard at commit bbbb joined the run labelled L recorded at aaaa; reusing a finished
+    run's label at a new commit found every case done, ran nothing and exited 0."""
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "torch", "-n", "0", "--db", sqlite_url]
+    first = run(convmatrix_cmd(*args, "--shard", "0/2", "--run-label", "L", "--commit", "a" * 40),
+                tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    other = run(convmatrix_cmd(*args, "--shard", "1/2", "--run-label", "L", "--commit", "b" * 40),
+                tmp_path)  # fmt: skip
+    assert other.returncode == 2, other.stdout + other.stderr
+    (line,) = [x for x in other.stderr.splitlines() if x.strip()]
+    assert "aaaaaaaaaaaa" in line and "bbbbbbbbbbbb" in line and "--run-label L" in line, line
+    (info,) = runs(sqlite_url)
+    assert info.kernel_commit == "a" * 40 and sum(info.counts.values()) < len(EXPECTED)
+
+    done = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "M", "--commit", "a" * 40),
+               tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    again = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "M", "--commit", "c" * 40),
+                tmp_path)  # fmt: skip
+    assert again.returncode == 2 and "cccccccccccc" in again.stderr, again.stdout + again.stderr
+    # the same shard at the same commit (a CI retry) still joins: nothing left to run
+    retry = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "M", "--commit", "a" * 40),
+                tmp_path)  # fmt: skip
+    assert retry.returncode == 0, retry.stdout + retry.stderr

@@ -300,3 +300,41 @@ def test_fuzzed_text_is_a_matrix_error_or_a_valid_spec(text):
         expand_matrix(spec)
     except MatrixError:
         pass
+
+
+# -- round two (issue 23) -------------------------------------------------------------------------
+def test_serve_answers_400_to_malformed_input_and_404_to_a_name_matching_nothing(convmatrix_db):
+    """A 5000-digit run id was a 500 (int() of it, or a BIGINT overflow), ``since`` of a
+    trillion days a 500 (timedelta overflow); malformed filters were 404s."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from convmatrix.service.app import create_app
+
+    with TestClient(create_app(f"sqlite:///{convmatrix_db}")) as client:
+        malformed = [
+            "/runs/" + "9" * 5000,
+            "/api/runs/" + "1" * 5000,
+            "/diff/1/" + "2" * 5000,
+            "/history/float32?since=999999999999d",
+            "/api/history/float32?since=99999999999999999999999999d",
+            "/history/float33",
+            "/?kind=bogus",
+            "/?colour=blue",
+            "/?since=yesterday",
+            "/regressions?state=lost",
+            "/runs/a%00b",
+            "/?kernel=" + "k" * 5000,
+        ]
+        for path in malformed:
+            answer = client.get(path)
+            assert answer.status_code == 400, (path[:80], answer.status_code, answer.text[:300])
+            assert answer.text.count("\n") == 1 and len(answer.text) < 400, answer.text[:500]
+        for path in ["/runs/99", "/runs/99999999999999999999", "/runs/no-such-label",
+                     "/cases/ffffffffffff"]:  # fmt: skip
+            assert client.get(path).status_code == 404, path
+        assert client.get("/runs/1").status_code == 200
+        assert client.get("/history/float32?since=30d").status_code == 200

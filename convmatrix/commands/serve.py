@@ -19,6 +19,7 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from convmatrix.db.engine import redact_url
         from convmatrix.service.app import create_app
     except ImportError as err:
         raise UsageError(
@@ -27,7 +28,8 @@ def serve_command(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: give a port number from 0 to 65535")
     app = create_app(args.db)
-    print(f"convmatrix serve: http://{args.host}:{args.port}/ ({app.state.url})", flush=True)
+    shown = redact_url(app.state.url)  # a terminal or a CI log is no place for a password
+    print(f"convmatrix serve: http://{args.host}:{args.port}/ ({shown})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

@@ -13,7 +13,8 @@ same path under ``/api`` (the view-model the static page writes beside its HTML)
 
 Read-only: the server never writes, nor migrates; a database behind the newest schema is
 refused with the command that upgrades it. A name that matches nothing is a 404 with the
-same one-line message the command line would print.
+same one-line message the command line would print; malformed input (a 5000-digit run id,
+``since=999999999999d``, an unknown filter or state, a control character) is a 400.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError, UsageError
 from convmatrix.db.database import Database
 from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.viewmodel import to_jsonable
 from convmatrix.service import pages
+from convmatrix.service.inputs import check_params
 
 __all__ = ["create_app"]
 
@@ -76,10 +78,12 @@ def create_app(db: str | None = None) -> Starlette:
     def endpoint(builder: Builder, as_json: bool) -> Callable[[Request], Response]:
         def handle(request: Request) -> Response:  # sync: Starlette runs it in a thread
             try:
+                check_params([*request.path_params.items(), *request.query_params.multi_items()])
                 with Session(engine) as session:
                     view = builder(session, url, request)
-            except UsageError as err:
-                return PlainTextResponse(f"convmatrix serve: {err}\n", status_code=404)
+            except UsageError as err:  # malformed: 400; a name matching nothing: 404
+                status = 400 if isinstance(err, InputError) else 404
+                return PlainTextResponse(f"convmatrix serve: {err}\n", status_code=status)
             if as_json:
                 return JSONResponse(to_jsonable(view))
             path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
