@@ -309,7 +309,8 @@ def test_a_full_disk_under_sqlite_loses_no_result(tmp_path):
     """The run's SQLite file sits on a 4 MB tmpfs that a kernel fills at the 10th of 12
     cases (-n 2: the controller's writer, xdist workers): the results the full disk refuses
     go to the journal in the working directory (beside the database there is no room), exit
-    3; with room again, ``--resume`` stores all 12."""
+    3; with room again, ``convmatrix import`` of the journal stores them in their run and
+    ``--resume`` closes it: all 12."""
     disk = tmp_path / "disk"
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
@@ -335,8 +336,16 @@ def test_a_full_disk_under_sqlite_loses_no_result(tmp_path):
 
         filler.unlink()  # room again
         (info,) = runs(url)
+        # the journal is an export: `convmatrix import` stores it into its run (--resume
+        # would too, as the PostgreSQL test shows); the resume then only closes the run
+        imported = run(convmatrix_cmd("import", str(journal), "--db", url, "--no-scan"), work)
+        assert imported.returncode == 0, imported.stdout + imported.stderr
+        assert f"import: runs {info.id}" in imported.stdout, imported.stdout
+        for path in _journals(work, disk):
+            path.unlink()
         resumed = run(convmatrix_cmd("run", "--resume", str(info.id), "--db", url), work)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "nothing to run" in resumed.stdout, resumed.stdout
         (info,) = runs(url)
         assert info.status == "finished"
         assert info.counts["passed"] == info.n_planned == len(EXPECTED)

@@ -10,7 +10,10 @@ A hypothesis fuzz of the YAML loader asserts MatrixError or a valid spec, nothin
 
 from __future__ import annotations
 
+import copy
+import gzip
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
 
@@ -338,3 +341,117 @@ def test_serve_answers_400_to_malformed_input_and_404_to_a_name_matching_nothing
             assert client.get(path).status_code == 404, path
         assert client.get("/runs/1").status_code == 200
         assert client.get("/history/float32?since=30d").status_code == 200
+
+
+def _export(db: Path, tmp: Path) -> list[dict]:
+    """The lines ``convmatrix export --all`` writes of ``db``, parsed."""
+    out = tmp / "valid.jsonl"
+    assert main(["export", "--all", "--out", str(out), "--db", f"sqlite:///{db}"]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _lines_with(lines: list[dict], kind: str, change) -> str:
+    """The export with ``change`` applied (in place) to the first line of ``kind``."""
+    lines = copy.deepcopy(lines)
+    change(next(line for line in lines if line["kind"] == kind))
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def _set(path: str, value):
+    """A change that sets the dotted ``path`` (``result.case.seqlen``) of a line."""
+
+    def change(line: dict) -> None:
+        *parents, last = path.split(".")
+        target = line
+        for key in parents:
+            target = target[key][0] if isinstance(target[key], list) else target[key]
+        target[last] = value
+
+    return change
+
+
+def _import_corpus(lines: list[dict]) -> dict[str, str | bytes]:
+    valid = "".join(json.dumps(line) + "\n" for line in lines)
+    regression = {
+        "kind": "regression", "alert": None, "first_bad_run": lines[0]["uid"],
+        "last_good_run": None, "fixed_run": None, "created_at": None, "updated_at": None,
+        "events": [], "kernel": "torch", "matrix": "base", "device": "cpu",
+        "case_id": "0" * 12, "case_name": "x", "output": "y",
+        "regression_kind": "new_failure", "state": "exploded", "detail": "",
+    }  # fmt: skip
+    return {
+        "outcome_unknown": _lines_with(lines, "result", _set("result.outcome", "exploded")),
+        "seqlen_sql": _lines_with(
+            lines, "result", _set("result.case.seqlen", "4; DROP TABLE runs")
+        ),
+        "dim_huge": _lines_with(lines, "result", _set("result.case.dim", 10**30)),
+        "duration_text": _lines_with(lines, "result", _set("result.duration_s", "fast")),
+        "peak_huge": _lines_with(lines, "result", _set("result.peak_mem_mb", 10**400)),
+        "message_object": _lines_with(lines, "result", _set("result.message", {"a": 1})),
+        "metric_text": _lines_with(lines, "result", _set("result.outputs.e_abs", "small")),
+        "property_nul": _lines_with(lines, "result", _set("result.properties.name", "a\x00b")),
+        "run_far_future": _lines_with(lines, "run", _set("started_at", "9999-12-31T00:00:00")),
+        "run_date_text": _lines_with(lines, "run", _set("started_at", "yesterday")),
+        "run_status": _lines_with(lines, "run", _set("status", "exploded")),
+        "run_kind": _lines_with(lines, "run", _set("meta.kind", "nightly")),
+        "kernel_number": _lines_with(lines, "run", _set("meta.kernel", 5)),
+        "kernel_long": _lines_with(lines, "run", _set("meta.kernel", "k" * 300)),
+        "label_nul": _lines_with(lines, "run", _set("meta.label", "a\x00b")),
+        "planned_text": _lines_with(lines, "run", _set("meta.n_planned", "12")),
+        "versions_nan": _lines_with(lines, "run", _set("meta.versions", {"torch": float("nan")})),
+        "uid_path": _lines_with(lines, "run", _set("uid", "../../etc")),
+        "unknown_field": _lines_with(lines, "run", _set("meta.colour", "blue")),
+        "truncated": valid[: len(valid) - 40],
+        "valid_then_bad": valid + valid.splitlines()[0].replace('"run"', '"nur"') + "\n",
+        "result_first": "".join(valid.splitlines(keepends=True)[1:]),
+        "regression_state": valid + json.dumps(regression) + "\n",
+        "deep": valid + '{"kind": "result", "run": 1, "result": ' + "[" * 100_000 + "\n",
+        "binary": b"\x00\xff\xfe" * 300,
+        "latin1": valid.encode() + "# caf\xe9\n".encode("latin-1"),
+        "gzip_garbage": gzip.compress(b"not json at all\n"),
+        "gzip_truncated": gzip.compress(valid.encode())[:60],
+    }
+
+
+def test_every_malformed_import_is_one_line_exit_2_and_the_database_unchanged(
+    tmp_path, convmatrix_db, capsys
+):
+    """Wrong types, unknown outcomes, huge numbers, text in integer columns, a run dated
+    9999-12-31, a file cut short or bad at its end, binary or gzip input: each was a traceback
+    or a half-imported run (or, for the date, 'latest' for ever)."""
+    lines = _export(convmatrix_db, tmp_path)
+    capsys.readouterr()  # export's own line
+    assert [line["kind"] for line in lines][:2] == ["run", "result"]
+    corpus = _import_corpus(lines)
+    files = tmp_path / "corpus"  # not beside the database: _db_state watches its directory
+    files.mkdir()
+    before = _db_state(convmatrix_db)
+    for name, text in corpus.items():
+        path = files / f"{name}.jsonl"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+        line = _refused(["import", str(path), "--db", f"sqlite:///{convmatrix_db}"], capsys)
+        assert str(path) in line, (name, line)
+        assert _db_state(convmatrix_db) == before, name
+    fresh = tmp_path / "fresh.db"
+    _refused(["import", str(files / "seqlen_sql.jsonl"), "--db", f"sqlite:///{fresh}"], capsys)
+    assert not fresh.exists(), "a refused import created its database"
+
+
+def test_a_gzip_export_imports_and_a_good_file_after_a_bad_one_changes_nothing(
+    tmp_path, convmatrix_db, capsys
+):
+    lines = _export(convmatrix_db, tmp_path)
+    capsys.readouterr()
+    valid = "".join(json.dumps(line) + "\n" for line in lines)
+    packed = tmp_path / "export.jsonl.gz"
+    packed.write_bytes(gzip.compress(valid.encode()))
+    target = tmp_path / "target.db"
+    url = f"sqlite:///{target}"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(_lines_with(lines, "result", _set("result.outcome", "exploded")))
+    _refused(["import", str(packed), str(bad), "--db", url], capsys)  # all files checked first
+    assert not target.exists()
+    assert main(["import", str(packed), "--db", url, "--no-scan"]) == 0
+    assert "import: runs 1" in capsys.readouterr().out
+    assert main(["import", str(packed), "--db", url, "--no-scan"]) == 0  # twice: nothing new
+    assert "import: runs none" in capsys.readouterr().out

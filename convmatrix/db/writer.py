@@ -59,9 +59,12 @@ __all__ = [
     "DEFAULT_RETRY_S",
     "ResultWriter",
     "RunMeta",
+    "count_values",
     "reap_stale_runs",
     "replay_journal",
     "retry_bound",
+    "run_counts",
+    "run_values",
     "shard_status",
     "write_results",
 ]
@@ -91,7 +94,7 @@ def _reason(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-def _run_values(meta: RunMeta) -> dict[str, Any]:
+def run_values(meta: RunMeta) -> dict[str, Any]:
     """The run row's values of ``meta``: the command line's passwords redacted (every door
     that creates a run row goes through here: a plain run, a shard, an import)."""
     values = asdict(meta)
@@ -161,7 +164,7 @@ def replay_journal(engine: Engine, run_id: int, uid: str, url: str) -> int:
     return len(batch)
 
 
-def _counts(session: Session, run_id: int) -> Counter[str]:
+def run_counts(session: Session, run_id: int) -> Counter[str]:
     rows = session.execute(
         select(CaseRow.outcome, func.count())
         .where(CaseRow.run_id == run_id)
@@ -170,7 +173,7 @@ def _counts(session: Session, run_id: int) -> Counter[str]:
     return Counter({outcome: n for outcome, n in rows})
 
 
-def _count_values(counts: Counter[str]) -> dict[str, int]:
+def count_values(counts: Counter[str]) -> dict[str, int]:
     return {f"n_{o}": counts[o] for o in OUTCOMES}
 
 
@@ -212,7 +215,7 @@ def reap_stale_runs(engine: Engine, host: str | None = None) -> list[int]:
                 select(func.max(CaseRow.created_at)).where(CaseRow.run_id == run.id)
             )
             run.status, run.finished_at = "abandoned", last or run.started_at
-            for key, value in _count_values(_counts(session, run.id)).items():
+            for key, value in count_values(run_counts(session, run.id)).items():
                 setattr(run, key, value)
         session.flush()
         aggregate_runs(session, [run.id for run in stale])
@@ -272,7 +275,7 @@ class ResultWriter:
         reap_stale_runs(self.engine, meta.host)
         with write_session(self.engine) as session:
             now = utcnow()
-            values = _run_values(meta)
+            values = run_values(meta)
             run = Run(**values, pid=os.getpid(), status="running", started_at=now, heartbeat_at=now)
             session.add(run)
             session.flush()
@@ -314,7 +317,7 @@ class ResultWriter:
             if run_id is None:
                 try:
                     with write_session(self.engine) as session:
-                        values = {**_run_values(meta), "pid": None, "status": "running"}
+                        values = {**run_values(meta), "pid": None, "status": "running"}
                         run = Run(**values, started_at=utcnow(), shard_label=label)
                         run.shard_count = count
                         session.add(run)
@@ -437,7 +440,7 @@ class ResultWriter:
             # Lock the run first: a shard writing a batch meanwhile waits, and the count read
             # next sees every batch committed before it.
             session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
-            values = _count_values(_counts(session, run_id))
+            values = count_values(run_counts(session, run_id))
             session.execute(
                 update(Run)
                 .where(Run.id == run_id)
