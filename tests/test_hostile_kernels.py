@@ -92,6 +92,13 @@ def test_hostile_kernels_fail_themselves_and_leave_the_process_as_it_was(
     pid = int(daemon.read_text())
     assert not _alive(pid), "a setsid + double-fork daemon outlived its case"
 
+    for argv in (["regressions", "show", "1"], ["regressions"], ["report", "latest"]):
+        shown = run(convmatrix_cmd(*argv, "--db", sqlite_url), tmp_path)
+        text = shown.stdout + shown.stderr
+        assert not re.search(r"[\x1b\x07\r\x9b]", text), (argv, repr(text[-2000:]))
+        if argv[0] == "regressions":  # the kernel's message, shown escaped
+            assert "\\x1b[31mboom" in text, (argv, text[-2000:])
+
     tree = ET.parse(junit)  # a standard XML parser takes it, ANSI colours and all
     failures = tree.getroot().iter("failure")
     assert any("\\x1b[31mboom" in (f.get("message") or "") + (f.text or "") for f in failures)

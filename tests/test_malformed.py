@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -455,3 +456,91 @@ def test_a_gzip_export_imports_and_a_good_file_after_a_bad_one_changes_nothing(
     assert "import: runs 1" in capsys.readouterr().out
     assert main(["import", str(packed), "--db", url, "--no-scan"]) == 0  # twice: nothing new
     assert "import: runs none" in capsys.readouterr().out
+
+
+# -- limits checked before work -----------------------------------------------------------------
+def _million(tmp: Path, extra: str = "") -> Path:
+    """A full matrix of 100 x 100 x 100 = 10^6 cases (a million combinations to expand)."""
+    values = ", ".join(str(v) for v in range(1, 101))
+    text = (
+        _swap("seqlen: [5]", f"seqlen: [{values}]")
+        .replace("dim: [4]", f"dim: [{values}]")
+        .replace("batch: [1]", f"batch: [{values}]")
+        + extra
+    )
+    path = tmp / "million.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "expand"])
+def test_a_full_matrix_of_a_million_cases_is_refused_in_seconds_with_its_count(
+    tmp_path, capsys, command
+):
+    """A full matrix of 1.7 million cases took 116 s and 1 GB to expand before anything ran;
+    the count is now taken from the suites' sizes, before expanding."""
+    path = _million(tmp_path)
+    db = tmp_path / "results.db"
+    argv = ["run", "--matrix", str(path), "--kernel", "torch", "-n", "0", "--db", f"sqlite:///{db}"]
+    argv = argv if command == "run" else ["expand", str(path)]
+    start = time.perf_counter()
+    line = _refused(argv, capsys)
+    assert time.perf_counter() - start < 5.0
+    assert "1,000,000 cases" in line and "100,000" in line and "--max-cases" in line, line
+    assert not db.exists()
+
+
+def test_the_case_limit_is_raised_by_the_matrix_or_max_cases_and_checked(tmp_path, capsys):
+    path = _million(tmp_path, "max_cases: 10\n")  # the matrix's own limit, lowered
+    line = _refused(["expand", str(path), "--max-cases", "999999"], capsys)
+    assert "1,000,000 cases" in line and "999,999" in line, line
+    small = tmp_path / "small.yaml"
+    small.write_text(BASE + "max_cases: 1\n")
+    assert main(["expand", str(small)]) == 0  # 1 case: within its own limit
+    capsys.readouterr()
+    _refused(["expand", str(small), "--max-cases", "0"], capsys)
+    two = tmp_path / "two.yaml"
+    two.write_text(_swap("seqlen: [5]", "seqlen: [5, 6]") + "max_cases: 1\n")
+    assert "2 cases" in _refused(["expand", str(two)], capsys)
+    assert main(["expand", str(two), "--max-cases", "2"]) == 0  # the flag raises it
+    capsys.readouterr()
+    argv = ["run", "--matrix", str(two), "--kernel", "torch", "-n", "0", "--no-db"]
+    assert "over the limit of 1" in _refused(argv, capsys)
+    assert main([*argv, "--max-cases", "2"]) == 0
+
+
+# environment variable -> a value its reader refuses, and words of the one line
+BAD_ENVIRONMENT = {
+    "CONVMATRIX_CPU_CLOCK": ("wal", "choose one of process, wall"),
+    "CONVMATRIX_TILED_GEOMETRY": ("T=1000000000", "at most 65536"),
+    "CONVMATRIX_DB": ("results.db", "not a database URL"),
+    "CONVMATRIX_BASE_URL": ("serve.example", "http(s) URL"),
+    "CONVMATRIX_PROGRESS_S": ("often", "number of seconds"),
+    "CONVMATRIX_DB_RETRY_S": ("-5", "from 0 to"),
+    "TRITON_INTERPRET": ("maybe", "choose one of"),
+}
+
+
+@pytest.mark.parametrize("variable", sorted(BAD_ENVIRONMENT))
+def test_every_environment_variable_is_checked_at_start_up(tmp_path, capsys, monkeypatch, variable):
+    """A typo in CONVMATRIX_CPU_CLOCK was found only inside timing (seven regressions
+    recorded); a geometry of a billion-wide tile became a 25 TB allocation blamed on the
+    kernel. Now every command refuses a bad declared variable before any work."""
+    value, words = BAD_ENVIRONMENT[variable]
+    monkeypatch.setenv(variable, value)
+    db = tmp_path / "results.db"
+    matrix = tmp_path / "one.yaml"
+    matrix.write_text(BASE)
+    for argv in (
+        ["run", "--matrix", str(matrix), "--kernel", "torch", "-n", "0", "--db", f"sqlite:///{db}"],
+        ["expand", str(matrix)],
+    ):
+        line = _refused(argv, capsys)
+        assert f"environment variable {variable}" in line and words in line, line
+    assert not db.exists()
+
+
+def test_the_environment_check_never_shows_a_password(capsys, monkeypatch):
+    monkeypatch.setenv("CONVMATRIX_DB", "no-scheme:u:s3cret@host/db")
+    line = _refused(["expand", "smoke"], capsys)
+    assert "CONVMATRIX_DB" in line and "s3cret" not in line, line

@@ -135,6 +135,7 @@ class Variable:
     what: str
     read_by: str
     check: Callable[[str], str | None] | None = None
+    secret: bool = False  # may hold a password: never shown
 
 
 VARIABLES: dict[str, Variable] = {
@@ -145,6 +146,7 @@ VARIABLES: dict[str, Variable] = {
             "the results database URL when --db is not given",
             "db.engine",
             _database_url,
+            secret=True,
         ),
         Variable(
             "CONVMATRIX_CPU_CLOCK",
@@ -201,7 +203,11 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
         if not value or not value.strip() or variable.check is None:
             continue  # unset, or empty: the reader's default
         why = variable.check(value)
+        if why and variable.secret:  # a URL that is not one may still hold a password
+            raise UsageError(
+                f"environment variable {variable.name} (value not shown: it may hold a "
+                f"password): {why}"
+            )
         if why:
-            shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value)  # no password shown
-            shown = shown if len(shown) <= 80 else shown[:80] + "..."
+            shown = value if len(value) <= 80 else value[:80] + "..."
             raise UsageError(f"environment variable {variable.name}={shown!r}: {why}")
