@@ -196,3 +196,16 @@ def test_guards_hold_during_the_property_checks_too(tmp_path, sqlite_url):
         chunk = next(p for p in r.properties if p.name == "chunk_consistency")
         assert not chunk.passed and "guards broken by this check's calls" in chunk.detail
         assert "outside the view were written" in chunk.detail, chunk.detail
+
+
+def test_a_single_process_timeout_exits_1_and_says_how_to_go_on(tmp_path, sqlite_url):
+    """A -n 0 run whose case overran its limit exited 70 (the watchdog's worker status,
+    documented nowhere); it is a run stopped early: 1, with the line that resumes it."""
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "fault_kernels:SlowPasses", "-n", "0"]
+    done = run(convmatrix_cmd(*args, "--case-timeout", "1", "--db", sqlite_url), tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "the run stopped here" in out and "convmatrix run --resume" in out, out
+    assert "the run's process ended" not in out, out  # the witness stays quiet: it was told
+    (info,) = runs(sqlite_url)
+    assert info.status == "interrupted" and info.counts["timeout"] == 1

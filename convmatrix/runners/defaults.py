@@ -5,16 +5,17 @@ that calls ``torch.set_default_device("meta")`` once turned every later case of 
 into a harness error; one that set ``sys.setrecursionlimit(60)`` crashed the harness; one that
 ignored SIGTERM kept the controller from stopping. ``ProcessState.capture()`` notes torch's
 defaults (default device and dtype, grad mode, threads, deterministic algorithms, anomaly mode,
-float32 matmul precision, TF32 and cuDNN flags), the recursion limit and the SIGINT/SIGTERM
-handlers; ``restore()`` puts back what changed and says what it was. ``runners.invoke`` does it
-around every kernel call (so the reference computed next in the same case is unharmed) and
-``runners.execute.run_case`` around the whole case; the case's message names the kernel and
-what it changed.
+float32 matmul precision, TF32 and cuDNN flags), the recursion limit, the working directory
+and the SIGINT/SIGTERM handlers; ``restore()`` puts back what changed and says what it was.
+``runners.invoke`` does it around every kernel call (so the reference computed next in the
+same case is unharmed) and ``runners.execute.run_case`` around the whole case; the case's
+message names the kernel and what it changed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from dataclasses import dataclass, fields
@@ -44,9 +45,14 @@ def _set_backend_flag(path: str, value: Any) -> None:
     setattr(obj, last, value)
 
 
-_NAMES = {"sigint_handler": "SIGINT handler", "sigterm_handler": "SIGTERM handler",
-          "matmul_precision": "float32 matmul precision", "anomaly": "autograd anomaly mode",
-          "backend_flags": "cuDNN/TF32 flags"}  # fmt: skip
+_NAMES = {
+    "cwd": "working directory",
+    "sigint_handler": "SIGINT handler",
+    "sigterm_handler": "SIGTERM handler",
+    "matmul_precision": "float32 matmul precision",
+    "anomaly": "autograd anomaly mode",
+    "backend_flags": "cuDNN/TF32 flags",
+}
 _FLAGS = ("cudnn.benchmark", "cudnn.deterministic", "cudnn.allow_tf32", "cuda.matmul.allow_tf32")
 
 
@@ -62,6 +68,7 @@ class ProcessState:
     matmul_precision: str
     backend_flags: tuple[Any, ...]
     recursion_limit: int
+    cwd: str
     sigint_handler: Any
     sigterm_handler: Any
 
@@ -78,6 +85,7 @@ class ProcessState:
             matmul_precision=torch.get_float32_matmul_precision(),
             backend_flags=tuple(_backend_flag(f) for f in _FLAGS),
             recursion_limit=sys.getrecursionlimit(),
+            cwd=_cwd(),
             sigint_handler=signal.getsignal(signal.SIGINT),
             sigterm_handler=signal.getsignal(signal.SIGTERM),
         )
@@ -97,6 +105,13 @@ class ProcessState:
             shown = _NAMES.get(name, name.replace("_", " "))
             said.append(f"{shown} ({_shown(after)}, restored to {_shown(before)})")
         return said
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under us: nothing to compare
+        return ""
 
 
 def _shown(value: Any) -> str:
@@ -144,6 +159,7 @@ _RESTORE = {
     "matmul_precision": lambda s: torch.set_float32_matmul_precision(s.matmul_precision),
     "backend_flags": _restore_flags,
     "recursion_limit": lambda s: sys.setrecursionlimit(s.recursion_limit),
+    "cwd": lambda s: os.chdir(s.cwd),
     "sigint_handler": _handler(signal.SIGINT),
     "sigterm_handler": _handler(signal.SIGTERM),
 }
