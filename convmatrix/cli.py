@@ -4,19 +4,32 @@ The commands are listed here, in workflow order, with the line ``convmatrix --he
 Each module exposes ``add_arguments(parser)``, which defines its arguments and a ``handler``
 default that takes the parsed namespace and returns the exit status. Only the chosen
 command's module is imported: ``convmatrix --help`` imports none, ``convmatrix history``
-never imports torch (benchmarks/bench_startup.py measures it). Exit status: 0 all passed,
-1 failures, 2 usage or configuration errors (docs/spec.md §6).
+never imports torch (benchmarks/bench_startup.py measures it).
+
+Exit status (``core.errors.EXIT_CODES``, docs/spec.md §6): 0 all passed, 1 failures (or a run
+stopped early), 2 usage or configuration errors (a bad argument, matrix or environment
+variable: nothing ran), 3 infrastructure failures (the database or the executor failed under
+the run; results the database could not take are in the run's journal), 130 interrupted.
+
+Every declared environment variable (``core.environment``) is checked once, before the
+command runs. A ``convmatrix run -n 0`` runs the kernel in this process: whatever threads or
+``atexit`` hooks the kernel left, the process ends with the run's status once the run is
+recorded and the output flushed (``os._exit``), instead of waiting on them forever.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import keyword
+import os
 import sys
+import threading
 from collections.abc import Sequence
 
-from convmatrix.core.errors import ConvmatrixError
+from convmatrix.core.environment import check_environment
+from convmatrix.core.errors import ConvmatrixError, InfrastructureError
 
 __all__ = ["COMMANDS", "build_parser", "main", "module_name"]
 
@@ -68,10 +81,15 @@ def _command(argv: Sequence[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(_command(argv)).parse_args(argv)
+def _database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database's (a SQLAlchemy error: a server gone, a disk full)
+    without importing SQLAlchemy to ask."""
+    return any(k.__module__.startswith("sqlalchemy.") for k in type(exc).__mro__)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
+        check_environment()
         return int(args.handler(args))
     except ConvmatrixError as exc:
         print(f"convmatrix {args.command}: error: {exc}", file=sys.stderr)
@@ -79,6 +97,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"convmatrix {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if not _database_error(exc):
+            raise
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        print(f"convmatrix {args.command}: error: database failure: {reason}", file=sys.stderr)
+        return InfrastructureError.exit_code
+
+
+def _exit_now(command: str, code: int) -> None:
+    """End this process with ``code`` now: flush, name the threads a kernel left, then
+    ``os._exit`` (no joining of non-daemon threads, no ``atexit`` hooks)."""
+    left = [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and t.is_alive() and not t.daemon
+    ]
+    if left:
+        names = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        print(
+            f"convmatrix {command}: exiting without waiting for {len(left)} thread(s) the "
+            f"kernel left running ({names})",
+            file=sys.stderr,
+        )
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed stream: nothing left to flush
+            stream.flush()
+    os._exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status. Called without ``argv`` (the console script,
+    ``python -m convmatrix``) the process is the command's: after a run whose kernel ran in
+    this process (``-n 0``) it ends with ``os._exit`` (see the module's docstring)."""
+    owns_process = argv is None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_command(argv)).parse_args(argv)
+    code = _run(args)
+    if owns_process and getattr(args, "in_process_kernel", False):
+        _exit_now(args.command, code)
+    return code
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import importlib.util
 import os
 import re
 import shutil
+import sys
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,32 @@ def _chromium() -> str | None:
     return f"no Chromium at {path} (apt-get install chromium; .ci/run does)"
 
 
+def _postgresql_server() -> str | None:
+    # tests/private_postgres.py: a private server a test may stop and start again.
+    from private_postgres import postgres_bin
+
+    if postgres_bin() is None:
+        return "no initdb/pg_ctl in /usr/lib/postgresql/*/bin or PATH (apt-get install postgresql)"
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root without a 'postgres' user to run the server as"
+    return None
+
+
+def _mount_tmpfs() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "mounting a tmpfs needs Linux"
+    if os.geteuid() != 0:
+        return "mounting a small tmpfs (a disk that fills up) needs root"
+    if shutil.which("mount") is None or shutil.which("umount") is None:
+        return "no mount/umount"
+    return None
+
+
 def _package(module: str, install: str) -> Callable[[], str | None]:
     def probe() -> str | None:
         # Looked up without importing: fla must be imported only after the adapter has chosen
@@ -82,6 +109,17 @@ class Component:
 COMPONENTS: dict[str, Component] = {
     "postgresql": Component(
         f"the PostgreSQL server at ${PG_ENV}", ".ci/run starts one and exports the URL", _postgresql
+    ),
+    "postgresql-server": Component(
+        "PostgreSQL's server programs (initdb, pg_ctl) to start a private server a test can "
+        "stop mid-run",
+        ".ci/run installs postgresql and runs as root (the server runs as postgres)",
+        _postgresql_server,
+    ),
+    "tmpfs": Component(
+        "root, to mount a small tmpfs that a run's database fills up",
+        ".ci/run runs as root",
+        _mount_tmpfs,
     ),
     "chromium": Component(
         "headless Chromium", "Debian's chromium, installed by .ci/run", _chromium

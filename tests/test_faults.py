@@ -12,11 +12,13 @@ workers must go, what it received must be stored, the run shows as abandoned and
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from runner_helpers import (
@@ -254,3 +256,181 @@ def test_a_watched_process_and_its_children_end_when_its_parent_is_killed(tmp_pa
             if pid is not None and _alive(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+
+
+# -- round two (issue 23): the database blinks ---------------------------------------------------
+INFRASTRUCTURE_EXIT = 3  # core.errors.EXIT_CODES: the database or the executor failed
+
+
+def _journals(*places: Path) -> list[Path]:
+    return sorted(p for place in places for p in place.glob("convmatrix-journal-*.jsonl"))
+
+
+@pytest.mark.requires("postgresql-server")
+def test_postgres_stopped_at_the_end_of_a_run_loses_no_result(tmp_path):
+    """PostgreSQL crashes (``pg_ctl stop -m immediate``) at the 10th of 12 cases and stays
+    down: the run retries for its bound (2 s here), keeps what the database refused in its
+    journal, says so in one line and exits 3 (infrastructure); started again, ``--resume``
+    replays the journal: all 12 results stored, the run finished, nothing run twice."""
+    from private_postgres import PrivatePostgres
+
+    with PrivatePostgres() as pg:
+        stop = json.dumps(pg.stop_command("immediate"))
+        args = ["run", "--matrix", str(FAULTS), "--kernel", "fault_kernels:StopsTheDatabase"]
+        done = run(
+            convmatrix_cmd(*args, "-n", "0", "--db", pg.url),
+            tmp_path,
+            FAULT_STOP_DB=stop,
+            CONVMATRIX_DB_RETRY_S="2",
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == INFRASTRUCTURE_EXIT, out
+        assert "Traceback" not in out and "INTERNALERROR" not in out, out
+        (journal,) = _journals(tmp_path)  # the working directory, for a database server
+        lines = [line for line in out.splitlines() if "infrastructure failure:" in line]
+        assert len(lines) == 1 and str(journal) in lines[0], out
+        assert "[interrupted]" in out, out
+        kept = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+        assert kept[0]["kind"] == "run" and kept[0]["journal"] is True
+
+        pg.start()  # crash recovery, then it takes connections again
+        (info,) = runs(pg.url)
+        stored_before = sum(info.counts.values())
+        assert stored_before + len(kept) - 1 >= len(EXPECTED)  # stored or journalled: all 12
+        resumed = run(convmatrix_cmd("run", "--resume", str(info.id), "--db", pg.url), tmp_path)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "from its journal" in resumed.stdout, resumed.stdout
+        (info,) = runs(pg.url)
+        assert info.status == "finished", info.status
+        assert info.counts["passed"] == info.n_planned == len(EXPECTED)
+        assert len(results(pg.url, info.id)) == len(EXPECTED)
+        assert not _journals(tmp_path), "the replayed journal stays as if not replayed"
+
+
+@pytest.mark.requires("tmpfs")
+def test_a_full_disk_under_sqlite_loses_no_result(tmp_path):
+    """The run's SQLite file sits on a 4 MB tmpfs that a kernel fills at the 10th of 12
+    cases (-n 2: the controller's writer, xdist workers): the results the full disk refuses
+    go to the journal in the working directory (beside the database there is no room), exit
+    3; with room again, ``convmatrix import`` of the journal stores them in their run and
+    ``--resume`` closes it: all 12."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+    try:
+        url = f"sqlite:///{disk / 'results.db'}"
+        filler = disk / "filler"
+        work = tmp_path / "work"
+        work.mkdir()
+        args = ["run", "--matrix", str(FAULTS), "--kernel", "fault_kernels:FillsTheDisk"]
+        done = run(
+            convmatrix_cmd(*args, "-n", "2", "--db", url),
+            work,
+            FAULT_FILL=str(filler),
+            CONVMATRIX_DB_RETRY_S="2",
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == INFRASTRUCTURE_EXIT, out
+        assert "Traceback" not in out and "INTERNALERROR" not in out, out
+        # (the disk may have taken the journal's first lines before it refused it too)
+        journal = _journals(work)[0]
+        lines = [line for line in out.splitlines() if "infrastructure failure:" in line]
+        assert len(lines) == 1 and str(journal) in lines[0], out
+
+        filler.unlink()  # room again
+        (info,) = runs(url)
+        # the journal is an export: `convmatrix import` stores it into its run (--resume
+        # would too, as the PostgreSQL test shows); the resume then only closes the run
+        imported = run(convmatrix_cmd("import", str(journal), "--db", url, "--no-scan"), work)
+        assert imported.returncode == 0, imported.stdout + imported.stderr
+        assert f"import: runs {info.id}" in imported.stdout, imported.stdout
+        for path in _journals(work, disk):
+            path.unlink()
+        resumed = run(convmatrix_cmd("run", "--resume", str(info.id), "--db", url), work)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "nothing to run" in resumed.stdout, resumed.stdout
+        (info,) = runs(url)
+        assert info.status == "finished"
+        assert info.counts["passed"] == info.n_planned == len(EXPECTED)
+        assert not _journals(work, disk), "a replayed journal left as if not replayed"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+# -- round two: secrets and a sharded run's identity ----------------------------------------------
+def _first_line(cmd: list[str], cwd: Path, limit_s: float = 120.0) -> str:
+    """The first line a long-running command prints (then it is stopped)."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + limit_s
+        line = ""
+        while not line and time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stdout.readline()
+        return line or proc.stdout.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.requires("starlette")
+def test_no_password_in_a_sharded_run_its_export_or_serve(tmp_path, postgres_url):
+    """The shard path built its run row without redaction: ``runs.argv`` held the database
+    password, and ``export`` copied it; ``serve`` printed the URL with it. A password with a
+    space and an '@' (URL-encoded, as a URL must carry them) is redacted too."""
+    secret = "s3cret pw@x"
+    url = make_url(postgres_url).set(password=secret).render_as_string(hide_password=False)
+    assert "s3cret pw%40x" in url  # the space raw, the '@' URL-encoded
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "torch", "-n", "0"]
+    done = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "nightly-7", "--db", url),
+               tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (info,) = runs(postgres_url)
+    shown = " ".join(info.argv)
+    assert "s3cret" not in shown and "***" in shown, shown
+    out = tmp_path / "export.jsonl"
+    exported = run(convmatrix_cmd("export", "nightly-7", "--out", str(out), "--db", url), tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    assert "s3cret" not in out.read_text()
+    line = _first_line(convmatrix_cmd("serve", "--db", url, "--port", "0"), tmp_path)
+    assert line.startswith("convmatrix serve:") and "s3cret" not in line and "***" in line, line
+
+
+def test_argv_redaction_covers_passwords_with_spaces_and_reserved_characters():
+    argv = ["--db", "postgresql://u:pa ss@h/d", "--db=postgresql://u:p%40ss@h:5/d?x=1",
+            "postgresql://u:p@ss@h/d",
+            "postgresql://h/d?user=u&password=a b&sslmode=off"]  # fmt: skip
+    shown = " ".join(redact_argv(argv))
+    assert not any(s in shown for s in ("pa ss", "p%40ss", "p@ss", "a b")), shown
+    assert "sslmode=off" in shown and "x=1" in shown
+
+
+def test_a_shard_of_another_commit_is_refused_and_a_reused_label_runs_nothing_twice(
+    tmp_path, sqlite_url
+):
+    """A shard at commit bbbb joined the run labelled L recorded at aaaa; reusing a finished
+    run's label at a new commit found every case done, ran nothing and exited 0."""
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "torch", "-n", "0", "--db", sqlite_url]
+    first = run(convmatrix_cmd(*args, "--shard", "0/2", "--run-label", "L", "--commit", "a" * 40),
+                tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    other = run(convmatrix_cmd(*args, "--shard", "1/2", "--run-label", "L", "--commit", "b" * 40),
+                tmp_path)  # fmt: skip
+    assert other.returncode == 2, other.stdout + other.stderr
+    (line,) = [x for x in other.stderr.splitlines() if x.strip()]
+    assert "aaaaaaaaaaaa" in line and "bbbbbbbbbbbb" in line and "--run-label L" in line, line
+    (info,) = runs(sqlite_url)
+    assert info.kernel_commit == "a" * 40 and sum(info.counts.values()) < len(EXPECTED)
+
+    done = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "M", "--commit", "a" * 40),
+               tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    again = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "M", "--commit", "c" * 40),
+                tmp_path)  # fmt: skip
+    assert again.returncode == 2 and "cccccccccccc" in again.stderr, again.stdout + again.stderr
+    # the same shard at the same commit (a CI retry) still joins: nothing left to run
+    retry = run(convmatrix_cmd(*args, "--shard", "0/1", "--run-label", "M", "--commit", "a" * 40),
+                tmp_path)  # fmt: skip
+    assert retry.returncode == 0, retry.stdout + retry.stderr

@@ -10,8 +10,12 @@ A hypothesis fuzz of the YAML loader asserts MatrixError or a valid spec, nothin
 
 from __future__ import annotations
 
+import copy
+import gzip
 import hashlib
+import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -300,3 +304,243 @@ def test_fuzzed_text_is_a_matrix_error_or_a_valid_spec(text):
         expand_matrix(spec)
     except MatrixError:
         pass
+
+
+# -- round two (issue 23) -------------------------------------------------------------------------
+def test_serve_answers_400_to_malformed_input_and_404_to_a_name_matching_nothing(convmatrix_db):
+    """A 5000-digit run id was a 500 (int() of it, or a BIGINT overflow), ``since`` of a
+    trillion days a 500 (timedelta overflow); malformed filters were 404s."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from convmatrix.service.app import create_app
+
+    with TestClient(create_app(f"sqlite:///{convmatrix_db}")) as client:
+        malformed = [
+            "/runs/" + "9" * 5000,
+            "/api/runs/" + "1" * 5000,
+            "/diff/1/" + "2" * 5000,
+            "/history/float32?since=999999999999d",
+            "/api/history/float32?since=99999999999999999999999999d",
+            "/history/float33",
+            "/?kind=bogus",
+            "/?colour=blue",
+            "/?since=yesterday",
+            "/regressions?state=lost",
+            "/runs/a%00b",
+            "/?kernel=" + "k" * 5000,
+        ]
+        for path in malformed:
+            answer = client.get(path)
+            assert answer.status_code == 400, (path[:80], answer.status_code, answer.text[:300])
+            assert answer.text.count("\n") == 1 and len(answer.text) < 400, answer.text[:500]
+        for path in ["/runs/99", "/runs/99999999999999999999", "/runs/no-such-label",
+                     "/cases/ffffffffffff"]:  # fmt: skip
+            assert client.get(path).status_code == 404, path
+        assert client.get("/runs/1").status_code == 200
+        assert client.get("/history/float32?since=30d").status_code == 200
+
+
+def _export(db: Path, tmp: Path) -> list[dict]:
+    """The lines ``convmatrix export --all`` writes of ``db``, parsed."""
+    out = tmp / "valid.jsonl"
+    assert main(["export", "--all", "--out", str(out), "--db", f"sqlite:///{db}"]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _lines_with(lines: list[dict], kind: str, change) -> str:
+    """The export with ``change`` applied (in place) to the first line of ``kind``."""
+    lines = copy.deepcopy(lines)
+    change(next(line for line in lines if line["kind"] == kind))
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def _set(path: str, value):
+    """A change that sets the dotted ``path`` (``result.case.seqlen``) of a line."""
+
+    def change(line: dict) -> None:
+        *parents, last = path.split(".")
+        target = line
+        for key in parents:
+            target = target[key][0] if isinstance(target[key], list) else target[key]
+        target[last] = value
+
+    return change
+
+
+def _import_corpus(lines: list[dict]) -> dict[str, str | bytes]:
+    valid = "".join(json.dumps(line) + "\n" for line in lines)
+    regression = {
+        "kind": "regression", "alert": None, "first_bad_run": lines[0]["uid"],
+        "last_good_run": None, "fixed_run": None, "created_at": None, "updated_at": None,
+        "events": [], "kernel": "torch", "matrix": "base", "device": "cpu",
+        "case_id": "0" * 12, "case_name": "x", "output": "y",
+        "regression_kind": "new_failure", "state": "exploded", "detail": "",
+    }  # fmt: skip
+    return {
+        "outcome_unknown": _lines_with(lines, "result", _set("result.outcome", "exploded")),
+        "seqlen_sql": _lines_with(
+            lines, "result", _set("result.case.seqlen", "4; DROP TABLE runs")
+        ),
+        "dim_huge": _lines_with(lines, "result", _set("result.case.dim", 10**30)),
+        "duration_text": _lines_with(lines, "result", _set("result.duration_s", "fast")),
+        "peak_huge": _lines_with(lines, "result", _set("result.peak_mem_mb", 10**400)),
+        "message_object": _lines_with(lines, "result", _set("result.message", {"a": 1})),
+        "metric_text": _lines_with(lines, "result", _set("result.outputs.e_abs", "small")),
+        "property_nul": _lines_with(lines, "result", _set("result.properties.name", "a\x00b")),
+        "run_far_future": _lines_with(lines, "run", _set("started_at", "9999-12-31T00:00:00")),
+        "run_date_text": _lines_with(lines, "run", _set("started_at", "yesterday")),
+        "run_status": _lines_with(lines, "run", _set("status", "exploded")),
+        "run_kind": _lines_with(lines, "run", _set("meta.kind", "nightly")),
+        "kernel_number": _lines_with(lines, "run", _set("meta.kernel", 5)),
+        "kernel_long": _lines_with(lines, "run", _set("meta.kernel", "k" * 300)),
+        "label_nul": _lines_with(lines, "run", _set("meta.label", "a\x00b")),
+        "planned_text": _lines_with(lines, "run", _set("meta.n_planned", "12")),
+        "versions_nan": _lines_with(lines, "run", _set("meta.versions", {"torch": float("nan")})),
+        "uid_path": _lines_with(lines, "run", _set("uid", "../../etc")),
+        "unknown_field": _lines_with(lines, "run", _set("meta.colour", "blue")),
+        "truncated": valid[: len(valid) - 40],
+        "valid_then_bad": valid + valid.splitlines()[0].replace('"run"', '"nur"') + "\n",
+        "result_first": "".join(valid.splitlines(keepends=True)[1:]),
+        "regression_state": valid + json.dumps(regression) + "\n",
+        "deep": valid + '{"kind": "result", "run": 1, "result": ' + "[" * 100_000 + "\n",
+        "binary": b"\x00\xff\xfe" * 300,
+        "latin1": valid.encode() + "# caf\xe9\n".encode("latin-1"),
+        "gzip_garbage": gzip.compress(b"not json at all\n"),
+        "gzip_truncated": gzip.compress(valid.encode())[:60],
+    }
+
+
+def test_every_malformed_import_is_one_line_exit_2_and_the_database_unchanged(
+    tmp_path, convmatrix_db, capsys
+):
+    """Wrong types, unknown outcomes, huge numbers, text in integer columns, a run dated
+    9999-12-31, a file cut short or bad at its end, binary or gzip input: each was a traceback
+    or a half-imported run (or, for the date, 'latest' for ever)."""
+    lines = _export(convmatrix_db, tmp_path)
+    capsys.readouterr()  # export's own line
+    assert [line["kind"] for line in lines][:2] == ["run", "result"]
+    corpus = _import_corpus(lines)
+    files = tmp_path / "corpus"  # not beside the database: _db_state watches its directory
+    files.mkdir()
+    before = _db_state(convmatrix_db)
+    for name, text in corpus.items():
+        path = files / f"{name}.jsonl"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+        line = _refused(["import", str(path), "--db", f"sqlite:///{convmatrix_db}"], capsys)
+        assert str(path) in line, (name, line)
+        assert _db_state(convmatrix_db) == before, name
+    fresh = tmp_path / "fresh.db"
+    _refused(["import", str(files / "seqlen_sql.jsonl"), "--db", f"sqlite:///{fresh}"], capsys)
+    assert not fresh.exists(), "a refused import created its database"
+
+
+def test_a_gzip_export_imports_and_a_good_file_after_a_bad_one_changes_nothing(
+    tmp_path, convmatrix_db, capsys
+):
+    lines = _export(convmatrix_db, tmp_path)
+    capsys.readouterr()
+    valid = "".join(json.dumps(line) + "\n" for line in lines)
+    packed = tmp_path / "export.jsonl.gz"
+    packed.write_bytes(gzip.compress(valid.encode()))
+    target = tmp_path / "target.db"
+    url = f"sqlite:///{target}"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(_lines_with(lines, "result", _set("result.outcome", "exploded")))
+    _refused(["import", str(packed), str(bad), "--db", url], capsys)  # all files checked first
+    assert not target.exists()
+    assert main(["import", str(packed), "--db", url, "--no-scan"]) == 0
+    assert "import: runs 1" in capsys.readouterr().out
+    assert main(["import", str(packed), "--db", url, "--no-scan"]) == 0  # twice: nothing new
+    assert "import: runs none" in capsys.readouterr().out
+
+
+# -- limits checked before work -----------------------------------------------------------------
+def _million(tmp: Path, extra: str = "") -> Path:
+    """A full matrix of 100 x 100 x 100 = 10^6 cases (a million combinations to expand)."""
+    values = ", ".join(str(v) for v in range(1, 101))
+    text = (
+        _swap("seqlen: [5]", f"seqlen: [{values}]")
+        .replace("dim: [4]", f"dim: [{values}]")
+        .replace("batch: [1]", f"batch: [{values}]")
+        + extra
+    )
+    path = tmp / "million.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "expand"])
+def test_a_full_matrix_of_a_million_cases_is_refused_in_seconds_with_its_count(
+    tmp_path, capsys, command
+):
+    """A full matrix of 1.7 million cases took 116 s and 1 GB to expand before anything ran;
+    the count is now taken from the suites' sizes, before expanding."""
+    path = _million(tmp_path)
+    db = tmp_path / "results.db"
+    argv = ["run", "--matrix", str(path), "--kernel", "torch", "-n", "0", "--db", f"sqlite:///{db}"]
+    argv = argv if command == "run" else ["expand", str(path)]
+    start = time.perf_counter()
+    line = _refused(argv, capsys)
+    assert time.perf_counter() - start < 5.0
+    assert "1,000,000 cases" in line and "100,000" in line and "--max-cases" in line, line
+    assert not db.exists()
+
+
+def test_the_case_limit_is_raised_by_the_matrix_or_max_cases_and_checked(tmp_path, capsys):
+    path = _million(tmp_path, "max_cases: 10\n")  # the matrix's own limit, lowered
+    line = _refused(["expand", str(path), "--max-cases", "999999"], capsys)
+    assert "1,000,000 cases" in line and "999,999" in line, line
+    small = tmp_path / "small.yaml"
+    small.write_text(BASE + "max_cases: 1\n")
+    assert main(["expand", str(small)]) == 0  # 1 case: within its own limit
+    capsys.readouterr()
+    _refused(["expand", str(small), "--max-cases", "0"], capsys)
+    two = tmp_path / "two.yaml"
+    two.write_text(_swap("seqlen: [5]", "seqlen: [5, 6]") + "max_cases: 1\n")
+    assert "2 cases" in _refused(["expand", str(two)], capsys)
+    assert main(["expand", str(two), "--max-cases", "2"]) == 0  # the flag raises it
+    capsys.readouterr()
+    argv = ["run", "--matrix", str(two), "--kernel", "torch", "-n", "0", "--no-db"]
+    assert "over the limit of 1" in _refused(argv, capsys)
+    assert main([*argv, "--max-cases", "2"]) == 0
+
+
+# environment variable -> a value its reader refuses, and words of the one line
+BAD_ENVIRONMENT = {
+    "CONVMATRIX_CPU_CLOCK": ("wal", "choose one of process, wall"),
+    "CONVMATRIX_TILED_GEOMETRY": ("T=1000000000", "at most 65536"),
+    "CONVMATRIX_DB": ("results.db", "not a database URL"),
+    "CONVMATRIX_BASE_URL": ("serve.example", "http(s) URL"),
+    "CONVMATRIX_PROGRESS_S": ("often", "number of seconds"),
+    "CONVMATRIX_DB_RETRY_S": ("-5", "from 0 to"),
+    "TRITON_INTERPRET": ("maybe", "choose one of"),
+}
+
+
+@pytest.mark.parametrize("variable", sorted(BAD_ENVIRONMENT))
+def test_every_environment_variable_is_checked_at_start_up(tmp_path, capsys, monkeypatch, variable):
+    """A typo in CONVMATRIX_CPU_CLOCK was found only inside timing (seven regressions
+    recorded); a geometry of a billion-wide tile became a 25 TB allocation blamed on the
+    kernel. Now every command refuses a bad declared variable before any work."""
+    value, words = BAD_ENVIRONMENT[variable]
+    monkeypatch.setenv(variable, value)
+    db = tmp_path / "results.db"
+    matrix = tmp_path / "one.yaml"
+    matrix.write_text(BASE)
+    for argv in (
+        ["run", "--matrix", str(matrix), "--kernel", "torch", "-n", "0", "--db", f"sqlite:///{db}"],
+        ["expand", str(matrix)],
+    ):
+        line = _refused(argv, capsys)
+        assert f"environment variable {variable}" in line and words in line, line
+    assert not db.exists()
+
+
+def test_the_environment_check_never_shows_a_password(capsys, monkeypatch):
+    monkeypatch.setenv("CONVMATRIX_DB", "no-scheme:u:s3cret@host/db")
+    line = _refused(["expand", "smoke"], capsys)
+    assert "CONVMATRIX_DB" in line and "s3cret" not in line, line

@@ -145,7 +145,8 @@ def test_unknown_names_are_404_with_the_command_lines_message(client):
         missing.status_code == 404 and "matches no run id, label or kernel commit" in missing.text
     )
     assert client.get("/cases/ffffffffffff").status_code == 404
-    assert client.get("/regressions?state=lost").status_code == 404
+    # a state that does not exist is malformed input, not a name matching nothing
+    assert client.get("/regressions?state=lost").status_code == 400
     for path in ("/alerts/99", "/regressions/99", "/alerts/one", "/api/alerts/99"):
         missing = client.get(path)
         assert missing.status_code == 404, path

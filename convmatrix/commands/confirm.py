@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
+from convmatrix.core.sanitise import terminal_safe
 
 __all__ = ["add_arguments", "confirm_command"]
 
@@ -25,7 +26,7 @@ def confirm_command(args: argparse.Namespace) -> int:
 
     with Database(args.db, existing=True) as database:
         result = confirm_run(database, args.run, args.workers, checkout=args.checkout)
-    print("\n".join(result.lines()))
+    print(terminal_safe("\n".join(result.lines())))
     return 1 if result.confirmed else 0
 
 

@@ -22,6 +22,7 @@ from convmatrix.compare.timing.history import HistoryRule
 from convmatrix.compare.timing.rules import TimingRule
 from convmatrix.core.dtypes import parse_case_dtype
 from convmatrix.core.errors import UsageError
+from convmatrix.core.sanitise import terminal_safe
 from convmatrix.db.database import Database
 from convmatrix.reports.diff import diff_runs, diff_text
 from convmatrix.reports.render import write_report
@@ -88,7 +89,7 @@ def diff_command(args: argparse.Namespace) -> int:
     if view is None:
         print(f"diff: no earlier run of the kernel of run {head!r} to compare with")
         return 0
-    print(diff_text(view))
+    print(terminal_safe(diff_text(view)))
     if args.out is not None:
         html, data = write_report(view, args.out)
         print(f"diff report: {html} (data: {data})")

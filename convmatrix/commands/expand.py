@@ -92,8 +92,12 @@ def expand_command(
     fmt: str = "table",
     show_coverage: bool = False,
     out: TextIO | None = None,
+    max_cases: int | None = None,
 ) -> int:
-    """Print the expansion (or its coverage); 0 on success, UsageError (2) on bad input."""
+    """Print the expansion (or its coverage); 0 on success, UsageError (2) on bad input
+    (a matrix of more cases than ``max_cases``, the matrix's or the default limit included)."""
+    if max_cases is not None and max_cases < 1:
+        raise UsageError(f"--max-cases {max_cases}: give a number of cases >= 1")
     out = out or sys.stdout
     spec = load_matrix(matrix)
     kernel_obj = None
@@ -104,7 +108,7 @@ def expand_command(
             kernel_obj = load(kernel)
         except KernelSpecError as exc:
             raise UsageError(f"--kernel {kernel}: {exc}") from None
-    expansion = expand_matrix(spec, kernel_obj)
+    expansion = expand_matrix(spec, kernel_obj, max_cases)
     try:
         _write(expansion, fmt, show_coverage, out)
     except BrokenPipeError:  # `convmatrix expand nightly | head`: the reader left, not an error
@@ -135,4 +139,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print which values, pairs and docs/spec.md §3 rows are covered instead of the cases",
     )
-    parser.set_defaults(handler=lambda a: expand_command(a.matrix, a.kernel, a.fmt, a.coverage))
+    parser.add_argument(
+        "--max-cases",
+        type=int,
+        metavar="N",
+        help="refuse a matrix that can expand to more than N cases, counted before expanding "
+        "(default: the matrix's max_cases, else 100000)",
+    )
+    parser.set_defaults(
+        handler=lambda a: expand_command(
+            a.matrix, a.kernel, a.fmt, a.coverage, max_cases=a.max_cases
+        )
+    )

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
+from convmatrix.core.sanitise import terminal_safe
 from convmatrix.db.database import Database
 from convmatrix.reports.viewmodel import to_jsonable
 from convmatrix.service.alerts import get_alert, list_alerts
@@ -30,6 +31,11 @@ from convmatrix.service.regressions import (
 from convmatrix.service.scan import scan_run
 
 __all__ = ["add_arguments", "regressions_command"]
+
+
+def _say(text: str) -> None:
+    """Print kernel text (details, notes, messages) with escape sequences shown, not obeyed."""
+    print(terminal_safe(text))
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -45,9 +51,9 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(to_jsonable(alerts), indent=1))
         return 0
     for alert in alerts:
-        print("\n".join(alert.lines()))
+        _say("\n".join(alert.lines()))
     if not alerts:
-        print("no alerts")
+        _say("no alerts")
     return 0
 
 
@@ -55,16 +61,16 @@ def _scan(args: argparse.Namespace) -> int:
     with Database(args.db, existing=True) as database, database.writing() as session:
         scan = scan_run(session, args.run)
     if scan.skipped:
-        print(f"run {scan.run_id}: not scanned ({scan.skipped})")
+        _say(f"run {scan.run_id}: not scanned ({scan.skipped})")
         return 0
-    print(
+    _say(
         f"run {scan.run_id} against {scan.baseline_id or 'no earlier run'}: "
         f"{len(scan.new)} new, {len(scan.reopened)} reopened, {len(scan.kept)} known, "
         f"{len(scan.fixed)} fixed" + (f" (alert {scan.alert_id})" if scan.alert_id else "")
     )
     for label, regs in (("NEW", scan.new), ("AGAIN", scan.reopened), ("FIXED", scan.fixed)):
         for reg in regs:
-            print(f"  {label:<6}" + reg.line())
+            _say(f"  {label:<6}" + reg.line())
     return 0
 
 
@@ -85,7 +91,7 @@ def _set(args: argparse.Namespace) -> int:
             for reg_id in _regression_ids(session, args.id)
         ]  # fmt: skip
     for reg in changed:
-        print(reg.line())
+        _say(reg.line())
     return 0
 
 
@@ -93,7 +99,7 @@ def _show(args: argparse.Namespace) -> int:
     target = args.id
     with Database(args.db, existing=True) as database, database.reading() as session:
         if target.isdigit():
-            print("\n".join(get_alert(session, int(target)).lines()))
+            _say("\n".join(get_alert(session, int(target)).lines()))
             return 0
         if not (target.startswith("r") and target[1:].isdigit()):
             raise UsageError(f"ID {target!r}: an alert id (3) or a regression (r12)")
@@ -102,15 +108,15 @@ def _show(args: argparse.Namespace) -> int:
             raise UsageError(f"regression {target[1:]}: no such regression")
         events = regression_events(session, found[0].id)
     reg = found[0]
-    print(reg.line() + (f"\n      alert {reg.alert_id}" if reg.alert_id else ""))
+    _say(reg.line() + (f"\n      alert {reg.alert_id}" if reg.alert_id else ""))
     for entry in reg.outputs:
-        print(f"      {json.dumps(entry)}")
+        _say(f"      {json.dumps(entry)}")
     for prop in reg.properties:
-        print(f"      property {prop['name']}: {prop['detail']}")
+        _say(f"      property {prop['name']}: {prop['detail']}")
     for e in events:
         note = f": {e.note}" if e.note else ""
         run = f" (run {e.run_id})" if e.run_id else ""
-        print(f"  {e.at} {e.by}: {e.from_state or '-'} -> {e.to_state}{run}{note}")
+        _say(f"  {e.at} {e.by}: {e.from_state or '-'} -> {e.to_state}{run}{note}")
     return 0
 
 

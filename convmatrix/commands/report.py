@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
+from convmatrix.core.sanitise import terminal_safe
 from convmatrix.db.database import Database
 from convmatrix.reports.publish import write_run_report
 from convmatrix.reports.viewmodel import shard_lines
@@ -26,9 +27,9 @@ def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
     status = "" if run.status == "finished" else f" [{run.status}]"
     print(f"{run.verdict} {run.title}{status}: {counts or 'no results'}")
     for line in shard_lines(run):
-        print(f"  {line}")
+        print(f"  {terminal_safe(line)}")
     for failure in view.failures[:10]:
-        print(f"  {failure.outcome:<8} {failure.name}")
+        print(f"  {failure.outcome:<8} {terminal_safe(failure.name)}")
     if len(view.failures) > 10:
         print(f"  ... and {len(view.failures) - 10} more")
     print(f"report: {html}")

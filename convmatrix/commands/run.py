@@ -5,15 +5,22 @@ run pipeline (``convmatrix.pipeline.run``: prepare, execute, scan, confirm, repo
 outputs) and prints what its steps left.
 
 Exit status: 0 every case passed (skips allowed), 1 any failed, crashed, timed out or errored,
-or the run stopped early, 2 usage or matrix errors, 130 interrupted. With ``--fail-on
-new-regressions``: 1 only when the run inserted a regression (not found flaky by
-``--confirm``) or stopped early, else 0, so a failure already known does not fail every build.
+or the run stopped early (a ``-n 0`` run whose case hung stops there), 2 usage, matrix or
+environment errors (nothing ran), 3 infrastructure: the database refused results past the
+retry bound (they are in the run's journal: ``--resume`` replays it) or the executor failed,
+130 interrupted. With ``--fail-on new-regressions``: 1 only when the run inserted a regression
+(not found flaky by ``--confirm``) or stopped early, else 0, so a failure already known does
+not fail every build.
+
+Kernel text (regressions' detail, the explanation) is printed through
+``core.sanitise.terminal_safe``: escape sequences are shown, not obeyed.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from convmatrix.core.sanitise import terminal_safe
 from convmatrix.runners.options import RunOptions, add_cli_options
 
 __all__ = ["add_arguments", "run_command"]
@@ -22,6 +29,9 @@ __all__ = ["add_arguments", "run_command"]
 def run_command(args: argparse.Namespace) -> int:
     from convmatrix.pipeline.run import run
 
+    # -n 0: the kernel runs in this process; the CLI then ends it with the run's status
+    # whatever threads or atexit hooks the kernel left (cli.main).
+    args.in_process_kernel = str(args.workers) == "0" and args.executor == "xdist"
     end = run(RunOptions.from_namespace(args))
     if end.report is not None:
         print(f"report: {end.report}")
@@ -36,11 +46,11 @@ def run_command(args: argparse.Namespace) -> int:
             f"(against run {scan.baseline_id or '-'}{alert})"
         )
         for text in scan.explanation[:1]:
-            print(f"  where: {text}")
+            print(f"  where: {terminal_safe(text)}")
         for reg in scan.alerting:
-            print("  " + reg.line())
+            print("  " + terminal_safe(reg.line()))
     if end.confirmation is not None:
-        print("\n".join(end.confirmation.lines()))
+        print(terminal_safe("\n".join(end.confirmation.lines())))
     if end.junit is not None:
         print(f"junit: {end.junit}")
     if end.summary is not None:
@@ -52,7 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Run every case of a matrix against a kernel on this machine's devices, "
         "compare with the float64 reference and record the results. Exit 0 when all pass, "
-        "1 on failures, 2 on usage or matrix errors."
+        "1 on failures (or a run stopped early), 2 on usage, matrix or environment errors, "
+        "3 when the database or the executor failed (results kept in the run's journal; "
+        "--resume replays it), 130 when interrupted."
     )
     add_cli_options(p)
     p.set_defaults(handler=run_command)

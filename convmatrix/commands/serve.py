@@ -15,7 +15,6 @@ import os
 
 from convmatrix.commands.arguments import add_db_argument
 from convmatrix.core.errors import UsageError
-from convmatrix.db.engine import redact_url
 from convmatrix.service.access import TOKEN_ENV, read_token
 
 __all__ = ["add_arguments", "serve_command"]
@@ -25,6 +24,7 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from convmatrix.db.engine import redact_url
         from convmatrix.service.app import create_app
     except ImportError as err:
         raise UsageError(

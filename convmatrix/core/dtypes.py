@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError
 
 __all__ = [
     "ALIASES",
@@ -82,7 +82,7 @@ def parse_case_dtype(text: str, what: str = "--dtype") -> str:
     """``case_dtype`` or a ``UsageError`` naming the argument ``what``."""
     dtype = case_dtype(text)
     if dtype is None:
-        raise UsageError(f"{what} {text!r}: not a case dtype; one of {_spellings()}")
+        raise InputError(f"{what} {text!r}: not a case dtype; one of {_spellings()}")
     return dtype
 
 
@@ -90,7 +90,7 @@ def parse_dtype_pair(text: str, what: str = "--dtype") -> tuple[str, str]:
     """``"bfloat16/float32"`` (x dtype / weight dtype; one name means both) → case dtypes."""
     parts = [p.strip() for p in text.split("/")]
     if len(parts) > 2 or not all(parts):
-        raise UsageError(f"{what} {text!r}: expected X or X/W, e.g. bfloat16/float32")
+        raise InputError(f"{what} {text!r}: expected X or X/W, e.g. bfloat16/float32")
     names = [parse_case_dtype(p, what) for p in parts]
     return names[0], names[-1]
 

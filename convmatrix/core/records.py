@@ -25,8 +25,10 @@ __all__ = [
     "ErrorMetrics",
     "OutputMetrics",
     "PropertyResult",
+    "RunIdentity",
     "RunMeta",
     "TimingResult",
+    "run_identity",
 ]
 
 # passed/failed: judged (for expect=error cases: raised cleanly / did not);
@@ -186,3 +188,30 @@ class RunMeta:
     n_planned: int | None = None
     kind: str = "run"  # run | confirm | bisect | adequacy: only plain runs are baselines
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)  # kept by export and import
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What makes two sessions parts of one run (the shards of ``--run-label``): the kernel
+    and its commit, the matrix (by content) and the kind of device. The matrix's name is
+    shown, not compared."""
+
+    kernel: str
+    kernel_commit: str | None
+    matrix_hash: str
+    device_kind: str
+    matrix: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        commit = (self.kernel_commit or "unknown")[:12]
+        return (
+            f"kernel {self.kernel} at commit {commit}, matrix {self.matrix or '?'} "
+            f"({self.matrix_hash[:12]}), on {self.device_kind}"
+        )
+
+
+def run_identity(run: Any) -> RunIdentity:
+    """The identity of a ``RunMeta`` or of a stored run (anything with those attributes)."""
+    return RunIdentity(
+        run.kernel, run.kernel_commit, run.matrix_hash, run.device_kind, run.matrix or ""
+    )

@@ -42,8 +42,10 @@ __all__ = [
 DEFAULT_URL = "sqlite:///convmatrix.db"
 ENV_VAR = "CONVMATRIX_DB"
 BUSY_TIMEOUT_MS = 60_000
-_USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")  # scheme://user:PASSWORD@host
-_PASSWORD_PARAM = re.compile(r"([?&][^=&\s]*password[^=&\s]*=)[^&\s]*", re.IGNORECASE)
+# scheme://user:PASSWORD@host: the password runs to the last "@" before the host's path, as
+# a URL parser reads it (spaces, "%40" or a raw "@" included: all of it is the secret).
+_USERINFO = re.compile(r"(://[^:/@\s]*:)[^/?#]*@")
+_PASSWORD_PARAM = re.compile(r"([?&][^=&\s]*password[^=&\s]*=)[^&#]*", re.IGNORECASE)
 _WRITE = "convmatrix_write"  # execution option: this transaction will write
 
 
@@ -56,10 +58,11 @@ def redact_url(url: str | URL) -> str:
     try:
         parsed = make_url(url)
     except (exc.ArgumentError, ValueError):
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
+        return redact_argv([str(url)])[0]
     secret = {k: "***" for k in parsed.query if "password" in k.lower()}
     shown = parsed.update_query_dict(secret).render_as_string(hide_password=True)
-    return shown.replace("%2A%2A%2A", "***")  # the query part comes back URL-quoted
+    shown = shown.replace("%2A%2A%2A", "***")  # the query part comes back URL-quoted
+    return redact_argv([shown])[0]  # and what a parser took for the host ("p@ss@h")
 
 
 def redact_argv(argv: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import or_, select, union_all
 from sqlalchemy.orm import Session
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError, UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult
 from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.aggregates import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
@@ -51,6 +51,11 @@ __all__ = [
     "missing_shards",
     "resolve_run",
 ]
+
+# What names a run (``resolve_run``): an id a BIGINT holds, a label (200 characters at most:
+# --label), a kernel commit (40 hex digits) or a prefix of one. Anything longer is malformed.
+MAX_RUN_SPEC = 200
+MAX_ID = (1 << 63) - 1
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -194,6 +199,11 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
     Raises ``UsageError`` listing the candidates when nothing or more than one run matches.
     """
     text = str(spec).strip()
+    if len(text) > MAX_RUN_SPEC or "\x00" in text:  # no id, label (200) or commit is longer
+        shown = text[:24].replace("\x00", "\\x00") + ("..." if len(text) > 24 else "")
+        raise InputError(
+            f"run {shown!r} ({len(text)} characters): not a run id, label or kernel commit"
+        )
     if text == "latest":
         newest = select(Run).where(Run.kind == "run").order_by(Run.started_at.desc(), Run.id.desc())
         runs = session.scalars(newest.limit(1))
@@ -201,7 +211,8 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
         if not found:
             raise UsageError("run 'latest': the database holds no runs yet")
         return found[0]
-    if text.isdigit() and (run := session.get(Run, int(text))) is not None:
+    is_id = text.isascii() and text.isdigit() and int(text) <= MAX_ID  # a BIGINT holds it
+    if is_id and (run := session.get(Run, int(text))) is not None:
         return _run_info(run)
     matches = [
         _run_info(r)

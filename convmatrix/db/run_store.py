@@ -4,7 +4,9 @@ The store records through the ``Database`` it is given (opened on first use, clo
 owner: the run pipeline, or the database's pytest plugin): looking up the run ``--resume``
 names, the run's completed cases, and then writing the run all go through its one engine.
 Results are buffered and committed in batches by ``ResultWriter``; ``finish`` flushes, sets the
-run's status and returns its counts over every session that wrote to it.
+run's status and returns its counts over every session that wrote to it. Results the database
+refused past the retry bound are in the run's journal (``db.journal``; ``failure`` names it),
+and ``lookup`` (``--resume``) replays a run's journal before it says which cases are done.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from sqlalchemy import Engine, exc, select, text
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
-from convmatrix.core.records import CaseResult, RunMeta
+from convmatrix.core.records import CaseResult, RunMeta, run_identity
 from convmatrix.db.database import Database
 from convmatrix.db.engine import connection_error, write_session
 from convmatrix.db.models import Run
 from convmatrix.db.queries import done_case_ids, resolve_run
-from convmatrix.db.writer import ResultWriter
+from convmatrix.db.writer import ResultWriter, replay_journal
 from convmatrix.runners.store import Shard, StoredRun
 
 __all__ = ["DatabaseStore"]
@@ -68,6 +70,11 @@ class DatabaseStore:
                     f"--resume {spec}: run {info.id} is still running (pid {info.pid} on "
                     f"{info.host}, heartbeat {age:.0f} s ago); resume it once it has stopped"
                 )
+        if not alive_ok and info.uid:  # --resume: what the database refused comes first
+            replayed = replay_journal(self.engine, info.id, info.uid, self.database.url)
+            if replayed:
+                print(f"convmatrix run: run {info.id}: {replayed} result(s) from its journal")
+        with Session(self.engine) as session:
             done = done_case_ids(session, info.id)
         sources = info.options.get("matrix_sources") or [info.matrix]
         return StoredRun(
@@ -76,12 +83,13 @@ class DatabaseStore:
             kernel_spec=info.options.get("kernel_spec"),
             matrix_sources=tuple(sources),
             done=frozenset(done),
+            identity=run_identity(info),
         )
 
     def start(
         self, meta: RunMeta, resume: int | None = None, shard: Shard | None = None
     ) -> int | None:
-        self._writer = ResultWriter(self.engine)
+        self._writer = ResultWriter(self.engine, url=self.database.url)
         self._shard = shard
         if shard is not None:
             return self._writer.join_sharded_run(meta, shard.label, shard.count, shard.index)
@@ -102,6 +110,13 @@ class DatabaseStore:
             writer.finish_shard(self._shard.index, status)
         else:
             writer.finish_run(writer.run_id, status)
-        with Session(self.engine) as session:
-            counts = resolve_run(session, writer.run_id).counts
-        return counts
+        if writer.failure is not None:
+            return None  # the database cannot say: the account counts this session's
+        try:
+            with Session(self.engine) as session:
+                return resolve_run(session, writer.run_id).counts
+        except exc.SQLAlchemyError:  # gone again since it closed the run: this session's
+            return None
+
+    def failure(self) -> str | None:
+        return None if self._writer is None else self._writer.failure

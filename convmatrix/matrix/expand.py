@@ -20,12 +20,18 @@ from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.matrix.build import build_case, spec_violation
 from convmatrix.matrix.errors import MatrixError
 from convmatrix.matrix.rules import Rule, intrinsic_rules
-from convmatrix.matrix.spec import IncludeSpec, MatrixSpec, SuiteSpec, TimingSettings
+from convmatrix.matrix.spec import (
+    DEFAULT_MAX_CASES,
+    IncludeSpec,
+    MatrixSpec,
+    SuiteSpec,
+    TimingSettings,
+)
 from convmatrix.matrix.strategies import Constraint, SearchBudgetExceeded, Space, make_strategy
 from convmatrix.matrix.symbols import SYMBOL_HELP, Expr
 from convmatrix.matrix.values import Packing, Value
 
-__all__ = ["Expansion", "SuiteExpansion", "expand_matrix"]
+__all__ = ["Expansion", "SuiteExpansion", "check_case_count", "expand_matrix"]
 
 
 @dataclass
@@ -248,9 +254,34 @@ def _keep_listed(spec: MatrixSpec, suites: list[SuiteExpansion], source: str) ->
         s.cases = [case for case in s.cases if case.id in wanted]
 
 
-def expand_matrix(spec: MatrixSpec, kernel: DeclaredKernel | None = None) -> Expansion:
+def check_case_count(spec: MatrixSpec, max_cases: int | None = None) -> int:
+    """The most cases ``spec`` can expand to (``MatrixSpec.case_bound``, from the suites'
+    sizes: nothing is expanded); a ``MatrixError`` naming the count and each suite's share
+    when it is over the limit: ``max_cases`` (``--max-cases``), else the matrix's own
+    ``max_cases:``, else ``DEFAULT_MAX_CASES``."""
+    limit = max_cases or spec.max_cases or DEFAULT_MAX_CASES
+    bound = spec.case_bound
+    if bound <= limit:
+        return bound
+    shares = sorted(spec.suites, key=lambda s: -s.case_bound)
+    biggest = ", ".join(f"{s.name}: {s.case_bound:,} ({s.describe_strategy()})" for s in shares[:3])
+    raise MatrixError(
+        spec.mark,
+        "max_cases",
+        f"the matrix can expand to {bound:,} cases ({biggest}), over the limit of {limit:,}: "
+        "narrow its dimensions, use strategy pairwise, or raise the limit with 'max_cases:' "
+        "in the matrix or --max-cases N",
+    )
+
+
+def expand_matrix(
+    spec: MatrixSpec, kernel: DeclaredKernel | None = None, max_cases: int | None = None
+) -> Expansion:
     """All cases of ``spec`` for ``kernel`` (None: symbols from the matrix's ``geometry:``
-    only), suites in file order, deterministic."""
+    only), suites in file order, deterministic. A matrix of more than ``max_cases`` (else its
+    own ``max_cases:``, else ``DEFAULT_MAX_CASES``) possible cases is refused before anything
+    is expanded (``check_case_count``)."""
+    check_case_count(spec, max_cases)
     declared = kernel.capabilities.geometry.symbols() if kernel is not None else {}
     geometry = {**spec.geometry, **declared}
     source = f"kernel {kernel.name!r}" if kernel is not None else "no kernel given and the matrix"

@@ -11,6 +11,7 @@ Top level::
              factor: 2, floor: 1e-6, tau_scale: 1.0}
     timeout_s: 120               # per case
     memory_budget_mb: 8192       # peak memory one case may add (over: the case fails)
+    max_cases: 100000            # refuse to expand to more (counted before expanding)
     timing: {warmup: 3, repeats: 10, budget_s: 2.0}
     cases: [5904fa0c1d2e, ...]   # keep only these case ids (what adequacy --minimize writes)
     suites:
@@ -75,6 +76,7 @@ TOP_KEYS = (
     "policy",
     "timeout_s",
     "memory_budget_mb",
+    "max_cases",
     "timing",
     "cases",
     "suites",
@@ -357,7 +359,12 @@ def parse_matrix(root: YNode, *, name: str, path: str, content_hash: str) -> Mat
         timing=_timing(root.get("timing"), timed),
         mark=root.mark,
         cases=_opt(root, "cases", _case_refs, ()),
+        max_cases=_opt(root, "max_cases", _max_cases, None),
     )
+
+
+def _max_cases(node: YNode) -> int:
+    return _int(node, "max_cases", minimum=1)
 
 
 def _case_refs(node: YNode) -> tuple[CaseRef, ...]:

@@ -62,8 +62,9 @@ class RunEnd:
 
     @property
     def exit_code(self) -> int:
-        """The run's (0, 1, 130); with ``--fail-on new-regressions`` 1 only for a new
-        regression (or a run that stopped early), so a failure already known passes CI."""
+        """The run's (0, 1, 3, 130); with ``--fail-on new-regressions`` 1 only for a new
+        regression (or a run that stopped early), so a failure already known passes CI; an
+        infrastructure failure (3) stays 3."""
         code = self.account.exit_code
         if "new-regressions" not in self.fail_on:
             return code
@@ -85,7 +86,12 @@ class RunState:
 
     @property
     def run_id(self) -> int | None:
-        return None if self.end is None else self.end.account.run_id
+        """The recorded run, for the steps after the execution: None when nothing was
+        recorded, or when the database failed under the run (its results are in the run's
+        journal: nothing to scan, report or export until ``--resume`` replays it)."""
+        if self.end is None or self.end.account.infrastructure:
+            return None
+        return self.end.account.run_id
 
 
 def prepare(state: RunState) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from convmatrix.core.bounds import DEFAULT_SAFETY
 from convmatrix.core.dtypes import parse_case_dtype
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError
 from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.engine import redact_url
 from convmatrix.db.queries import HistoryPoint, OutputStats, history
@@ -79,11 +79,16 @@ def parse_since(text: str | None) -> datetime | None:
     if text is None:
         return None
     if m := re.fullmatch(r"(\d+)d", text.strip()):
-        return datetime.now(timezone.utc) - timedelta(days=int(m.group(1)))
+        try:
+            return datetime.now(timezone.utc) - timedelta(days=int(m.group(1)))
+        except (OverflowError, ValueError):  # before the year 1: no date holds it
+            raise InputError(
+                f"--since {text.strip()[:40]!r}: more days than a date can go back"
+            ) from None
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise UsageError(
+        raise InputError(
             f"--since {text!r}: expected a date such as 2025-01-31, a date-time such as "
             "2025-01-31T12:00, or a number of days such as 30d"
         ) from None
@@ -103,7 +108,7 @@ def load_history(
     what ``convmatrix history`` prints and ``/history/{dtype}`` serves, from one builder."""
     dtype = parse_case_dtype(dtype)
     if output is not None and output not in OUTPUTS:
-        raise UsageError(f"--output {output!r}: choose from {', '.join(OUTPUTS)}")
+        raise InputError(f"--output {output!r}: choose from {', '.join(OUTPUTS)}")
     moment = parse_since(since)
     points = history(session, dtype, kernel=kernel, since=moment, output=output)
     counts = run_case_counts(session, dtype, sorted({p.run_id for p in points}))

@@ -46,7 +46,7 @@ def load_run(session: Session, spec: str, url: str, *, what: str = "RUN") -> Loa
     try:
         info = resolve_run(session, spec)
     except UsageError as err:
-        raise UsageError(f"{what}: {err}") from None
+        raise type(err)(f"{what}: {err}") from None  # malformed (InputError) stays malformed
     results = load_results(session, info.id)
     missing = missing_shards(session, info.id, info.shard_count)
     header = run_header(info, url, results, missing)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from convmatrix.core.errors import InfrastructureError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
+from convmatrix.core.sanitise import terminal_safe
 from convmatrix.core.verdict import case_severity, describe
 
 __all__ = ["RunAccount", "counts_line", "worst_failures"]
@@ -44,6 +46,9 @@ class RunAccount:
     signalled: bool = False  # stopped by SIGINT / SIGTERM
     retried: int = 0  # cases resubmitted (a lost actor or node, a crash confirmed elsewhere)
     shard: str | None = None  # "I/N" when this session ran one shard of the run
+    # The database or the executor failed under the run (one line: what, and where the
+    # results are instead): the run is ``interrupted`` and exits with INFRASTRUCTURE_EXIT.
+    infrastructure: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -54,9 +59,12 @@ class RunAccount:
 
     @property
     def exit_code(self) -> int:
-        """0 all passed, 1 any failed or the run stopped early, 130 stopped by a signal."""
+        """0 all passed, 1 any failed or the run stopped early, 3 the database or the
+        executor failed under it, 130 stopped by a signal (``core.errors.EXIT_CODES``)."""
         if self.signalled:
             return 130
+        if self.infrastructure:
+            return InfrastructureError.exit_code
         return 0 if self.passed else 1
 
     def lines(self) -> list[str]:
@@ -65,8 +73,8 @@ class RunAccount:
         if self.worst:
             n_bad = sum(self.session.get(o, 0) for o in BAD_OUTCOMES)
             lines.append(f"worst {len(self.worst)} of {n_bad} failures:")
-            for result in self.worst:
-                lines += ["  " + line for line in describe(result)]
+            for result in self.worst:  # kernel text: escape sequences shown, not obeyed
+                lines += ["  " + terminal_safe(line) for line in describe(result)]
         if self.crashed_workers:
             lines.append(f"{self.crashed_workers} worker(s) died and were replaced")
         if self.retried:
@@ -84,4 +92,6 @@ class RunAccount:
             lines.append(f"  {missing} of {self.planned} planned cases not run{again}")
         if self.where:
             lines.append(f"  results in {self.where}")
+        if self.infrastructure:
+            lines.append(f"  infrastructure failure: {self.infrastructure}")
         return lines

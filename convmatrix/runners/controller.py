@@ -26,7 +26,7 @@ from convmatrix.core import __version__
 from convmatrix.core.case import Case
 from convmatrix.core.devices import discover, resolve_device
 from convmatrix.core.errors import UsageError
-from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta
+from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta, run_identity
 from convmatrix.kernels.interface.registry import KernelSpecError, load
 from convmatrix.runners.account import RunAccount, worst_failures
 from convmatrix.runners.execute import Context
@@ -34,7 +34,7 @@ from convmatrix.runners.options import RunOptions, parse_size
 from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity
 from convmatrix.runners.refcache import ReferenceCache
-from convmatrix.runners.store import RunStore, Shard
+from convmatrix.runners.store import RunStore, Shard, StoredRun
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
 
 CACHE_ENV = "CONVMATRIX_REFERENCE_CACHE"
@@ -72,13 +72,14 @@ class Prepared:
     reference_device: str = "auto"  # --reference-device: auto | host | device
     reference_cache: str | None = None  # the cache directory (None: off)
     reference_cache_size: int = 0
+    max_cases: int | None = None  # --max-cases: the case limit of every matrix
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
 
     def workload(self, source: str) -> Workload:
         """The expanded matrix of ``source`` for this kernel, loaded once."""
         if source not in self.workloads:
-            self.workloads[source] = load_workload(source, self.kernel)
+            self.workloads[source] = load_workload(source, self.kernel, self.max_cases)
             self.by_pytest_id.update((c.pytest_id, c) for c in self.workloads[source].cases)
         return self.workloads[source]
 
@@ -122,6 +123,7 @@ class Prepared:
             "reference_device": self.reference_device,
             "reference_cache": self.reference_cache,
             "reference_cache_size": self.reference_cache_size,
+            "max_cases": self.max_cases,
         }
 
     @classmethod
@@ -145,6 +147,7 @@ class Prepared:
             reference_device=info.get("reference_device", "auto"),
             reference_cache=info.get("reference_cache"),
             reference_cache_size=int(info.get("reference_cache_size") or 0),
+            max_cases=info.get("max_cases"),
         )
         for source in prepared.sources:
             prepared.workload(source)
@@ -200,13 +203,13 @@ def prepare(request: RunOptions, store: RunStore) -> Prepared:
     lookup in the store), the kernel, the device, every workload. ``UsageError`` names what is
     wrong."""
     sources = [request.matrix] if request.matrix else []
-    kernel_spec, resume = request.kernel, None
+    kernel_spec, resume, joined = request.kernel, None, None
     if request.sharding is not None:
         if request.resume:
             raise UsageError("--resume with --shard: rerun the shard with its --run-label")
-        # A shard started again (its job retried by CI) runs only what it has not recorded.
+        # A shard started again (its job retried by CI) runs only what it has not recorded,
+        # of the same run: its identity is checked below, once the kernel and matrix are known.
         joined = store.sharded(request.sharding.label)
-        done = set(joined.done) if joined else set()
     elif request.resume:
         resume = store.lookup(request.resume)
         stored = list(resume.matrix_sources)
@@ -220,7 +223,7 @@ def prepare(request: RunOptions, store: RunStore) -> Prepared:
         kernel_spec=str(kernel_spec),
         sources=[s for s in sources if s not in request.files],
         wanted=list(request.cases),
-        done=set(resume.done) if resume else done if request.sharding else set(),
+        done=set(resume.done) if resume else set(),
         device_spec=request.device,
         device=device,
         device_count=count,
@@ -231,10 +234,28 @@ def prepare(request: RunOptions, store: RunStore) -> Prepared:
         reference_device=request.reference_device,
         reference_cache=cache_directory(request.reference_cache),
         reference_cache_size=parse_size(request.reference_cache_size),
+        max_cases=request.max_cases,
     )
     for source in [*sources, *request.files]:
         prepared.workload(source)
+    if joined is not None:
+        _check_joined(joined, prepared, request)
+        prepared.done = set(joined.done)
     return prepared
+
+
+def _check_joined(joined: StoredRun, prepared: Prepared, request: RunOptions) -> None:
+    """A shard joins the run of its label only if it is that run: the same kernel at the same
+    commit, the same matrix and the same kind of device. Otherwise its cases would be mixed
+    into another run's (a label reused at a new commit would even find every case done and
+    pass, having run nothing)."""
+    ours = run_identity(run_meta(prepared, request, 0))
+    if joined.identity is not None and joined.identity != ours:
+        assert request.sharding is not None
+        raise UsageError(
+            f"--run-label {request.sharding.label}: run {joined.id} is {joined.identity}; "
+            f"this shard is {ours}: give each run its own label"
+        )
 
 
 @dataclass
@@ -382,6 +403,9 @@ class Controller:
         complete = self.planned <= set(self.results)
         status = "finished" if complete and not interrupted else "interrupted"
         stored = self.store.finish(status)
+        failure = self.store.failure()  # the database refused: the results' journal
+        if failure is not None:
+            status = "interrupted"
         session = Counter(r.outcome for r in self.results.values())
         self.summary = RunAccount(
             run_id=self.run_id,
@@ -395,5 +419,6 @@ class Controller:
             signalled=signalled,
             retried=sum(1 for r in self.results.values() if r.retries),
             shard=str(self.shard) if self.shard else None,
+            infrastructure=failure,
         )
         return self.summary

@@ -20,11 +20,13 @@ import torch
 from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities, ContractError
 from convmatrix.core.records import CaseResult
+from convmatrix.core.sanitise import safe_str
 from convmatrix.core.tolerances import OUTPUTS, PARAM_GRADS, Policy, Tolerances
 from convmatrix.core.verdict import judge_output, outcome_of, tolerance_for
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.bounds import bound_of, usage_of, zero_floor
+from convmatrix.runners.defaults import ProcessState, note_changes, take_changes
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
 from convmatrix.runners.interrupts import is_real_interrupt, kernel_crash_message
 from convmatrix.runners.invoke import (
@@ -37,6 +39,7 @@ from convmatrix.runners.invoke import (
 )
 from convmatrix.runners.memory import PeakMemory
 from convmatrix.runners.metrics import ErrorSums, abs_diff
+from convmatrix.runners.output import BoundedOutput
 from convmatrix.runners.phases import Phases
 from convmatrix.runners.processes import CaseProcesses
 from convmatrix.runners.properties import check_guards, run_properties
@@ -132,10 +135,10 @@ def _expect_error(case: Case, ctx: Context) -> tuple[str, str]:
                 activation=case.activation,
             )
     except accepted as exc:
-        return "passed", f"raised {type(exc).__name__}: {exc}"
+        return "passed", f"raised {type(exc).__name__}: {safe_str(exc)}"
     except Exception as exc:
         names = ", ".join(t.__name__ for t in accepted)
-        return "failed", f"raised {type(exc).__name__} ({exc}), expected one of: {names}"
+        return "failed", f"raised {type(exc).__name__} ({safe_str(exc)}), expected one of: {names}"
     why = case.expect_reason or "outside the kernel's contract"
     return "failed", f"returned normally; expected a clean error ({why})"
 
@@ -255,7 +258,7 @@ def _time(case: Case, ctx: Context, result: CaseResult) -> None:
         result.timings = time_case(ctx.kernel, case, ctx.device, ctx.timing, ctx.framework)
     except Exception as exc:
         result.outcome = "error"
-        result.message = f"timing raised {type(exc).__name__}: {exc}"
+        result.message = f"timing raised {type(exc).__name__}: {safe_str(exc)}"
 
 
 def _execute(case: Case, ctx: Context, result: CaseResult, phases: Phases) -> None:
@@ -284,7 +287,7 @@ def _execute(case: Case, ctx: Context, result: CaseResult, phases: Phases) -> No
                 with phases("timing"):
                     _time(case, ctx, result)
         except KernelFault as exc:
-            result.outcome, result.message = "failed", str(exc)
+            result.outcome, result.message = "failed", safe_str(exc)
             if not result.properties:
                 result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
 
@@ -299,30 +302,45 @@ def _over_budget(result: CaseResult, budget_mb: float) -> None:
     result.message = note if not result.message else f"{result.message}; {note}"
 
 
+def _note(result: CaseResult, note: str) -> None:
+    result.message = note if not result.message else f"{result.message}; {note}"
+
+
 def run_case(case: Case, ctx: Context) -> CaseResult:
     """Execute and judge one case on ``ctx.device``.
 
     A ``BaseException`` the kernel raises (``SystemExit``, its own ``KeyboardInterrupt``)
     makes the case ``crashed``; only a real interrupt (a signal) leaves. Processes the case
-    started end with it; its peak memory is recorded and held against the budget.
+    started end with it (its descendants, and those carrying its environment token after a
+    ``setsid``); its peak memory is recorded and held against the budget; torch's defaults,
+    the recursion limit and the signal handlers are as they were before it (each kernel call
+    restores them, ``runners.defaults``), and the message names what the kernel changed.
     """
     start = time.perf_counter()
     result = CaseResult(case=case, outcome="passed")
     phases = Phases()
-    with CaseProcesses() as procs, PeakMemory(ctx.device) as memory:
-        try:
-            _execute(case, ctx, result, phases)
-        except Exception:
-            raise  # a harness bug: the caller records it as an error
-        except BaseException as exc:
-            if is_real_interrupt(exc):
-                raise
-            result.outcome, result.message = "crashed", kernel_crash_message(exc)
+    state = ProcessState.capture()
+    take_changes()  # what an earlier case left unsaid is not this case's
+    try:
+        with CaseProcesses() as procs, PeakMemory(ctx.device) as memory:
+            try:
+                _execute(case, ctx, result, phases)
+            except Exception:
+                raise  # a harness bug: the caller records it as an error
+            except BaseException as exc:
+                if is_real_interrupt(exc):
+                    raise
+                result.outcome, result.message = "crashed", kernel_crash_message(exc)
+    finally:
+        note_changes(state.restore())
     result.peak_mem_mb = memory.peak_mb
     _over_budget(result, ctx.memory_budget_mb)
     if procs.ended:
-        note = f"ended {len(procs.ended)} process(es) the case left running"
-        result.message = note if not result.message else f"{result.message}; {note}"
+        _note(result, f"ended {len(procs.ended)} process(es) the case left running")
+    changed = take_changes()
+    if changed:
+        name = getattr(ctx.kernel, "name", type(ctx.kernel).__name__)
+        _note(result, f"kernel {name!r} changed the process's {'; '.join(changed)}")
     result.duration_s = time.perf_counter() - start
     result.phases = phases.close(result.duration_s)
     return result.sanitised()
@@ -330,9 +348,12 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
 
 def run_guarded(case: Case, ctx: Context) -> CaseResult:
     """``run_case`` as every executor calls it: a bug of the harness itself becomes an ``error``
-    result for this case (with the end of its traceback) and the run goes on."""
-    try:
-        return run_case(case, ctx)
-    except Exception as exc:
-        tail = "".join(traceback.format_exception(exc, limit=-4))
-        return CaseResult(case, "error", message=f"harness error: {tail}").sanitised()
+    result for this case (with the end of its traceback) and the run goes on. What the kernel
+    prints is bounded (``runners.output``: its head and tail, the rest counted) before pytest,
+    xdist or Ray see it."""
+    with BoundedOutput():
+        try:
+            return run_case(case, ctx)
+        except Exception as exc:
+            tail = "".join(traceback.format_exception(exc, limit=-4))
+            return CaseResult(case, "error", message=f"harness error: {tail}").sanitised()

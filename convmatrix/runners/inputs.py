@@ -18,6 +18,8 @@ legal for vectorised kernels.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +37,7 @@ __all__ = [
     "build_update",
     "case_seed",
     "place",
+    "recording_placed",
     "seq_idx_for",
 ]
 
@@ -106,6 +109,21 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
+_recording: list[list[Guarded]] = []  # open ``recording_placed`` blocks, innermost last
+
+
+@contextmanager
+def recording_placed() -> Iterator[list[Guarded]]:
+    """Every ``Guarded`` tensor ``place`` makes inside the block, in a list: what a property
+    check built for its own calls, so its guards are checked after them too."""
+    placed: list[Guarded] = []
+    _recording.append(placed)
+    try:
+        yield placed
+    finally:
+        _recording.remove(placed)
+
+
 def place(
     name: str,
     values: torch.Tensor,
@@ -131,7 +149,10 @@ def place(
     covered.as_strided(values.shape, strides, offset).fill_(True)
     # A fresh leaf over the same memory, so a kernel's backward can treat it as a parameter.
     leaf = base.as_strided(values.shape, strides, offset).detach()
-    return Guarded(name, base, leaf, covered, values)
+    guarded = Guarded(name, base, leaf, covered, values)
+    if _recording:
+        _recording[-1].append(guarded)
+    return guarded
 
 
 def seq_idx_for(seq_lens: tuple[int, ...], batch: int) -> torch.Tensor:

@@ -14,6 +14,8 @@ import contextlib
 import signal
 from typing import Any
 
+from convmatrix.core.sanitise import safe_str
+
 __all__ = ["install_signal_handlers", "is_real_interrupt", "kernel_crash_message", "note_signal"]
 
 _received: list[int] = []  # signals received by this process (SIGINT, SIGTERM)
@@ -46,6 +48,6 @@ def is_real_interrupt(exc: BaseException) -> bool:
 def kernel_crash_message(exc: BaseException) -> str:
     """The ``crashed`` message of a case whose kernel raised a ``BaseException``."""
     return (
-        f"the kernel raised {type(exc).__name__}: {exc!s} (a BaseException, not an error: "
+        f"the kernel raised {type(exc).__name__}: {safe_str(exc)} (a BaseException, not an error: "
         "the case is recorded as crashed and the run goes on)"
     )

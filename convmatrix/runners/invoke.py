@@ -20,6 +20,7 @@ import torch
 
 from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
+from convmatrix.core.sanitise import safe_str
 from convmatrix.kernels.oracle.reference import (
     backward_magnitudes,
     conv_backward,
@@ -27,6 +28,7 @@ from convmatrix.kernels.oracle.reference import (
     forward_magnitudes,
 )
 from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows, write_decode_state
+from convmatrix.runners.defaults import ProcessState, note_changes
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
 from convmatrix.runners.refcache import ReferenceCache, cache_key
 
@@ -54,11 +56,11 @@ class KernelFault(Exception):
 
 
 def _expected(inputs: ForwardInputs | UpdateInputs) -> dict[str, torch.Tensor]:
-    """The input each output must match in dtype and device (the contract: y like x, each
-    gradient like its parameter)."""
+    """The input each output must match in dtype and device (the contract, docs/spec.md §4:
+    y and the final state F like x, each gradient like its parameter)."""
     if isinstance(inputs, UpdateInputs):
         return {"y": inputs.xs[0].view, "state": inputs.pool.view}
-    like = {"y": inputs.x.view, "dx": inputs.x.view, "dw": inputs.weight.view}
+    like = {"y": inputs.x.view, "F": inputs.x.view, "dx": inputs.x.view, "dw": inputs.weight.view}
     if inputs.bias is not None:
         like["db"] = inputs.bias.view
     if inputs.initial_state is not None:
@@ -66,9 +68,10 @@ def _expected(inputs: ForwardInputs | UpdateInputs) -> dict[str, torch.Tensor]:
     return like
 
 
-def check_outputs(got: dict[str, torch.Tensor], inputs: ForwardInputs | UpdateInputs) -> None:
+def check_outputs(got: dict[str, Any], inputs: ForwardInputs | UpdateInputs) -> None:
     """``KernelFault`` naming the first output whose type, dtype or device breaks the
-    contract (a float64 y for a float16 case would otherwise pass every error check)."""
+    contract (a float64 y, or final state, for a float16 case would otherwise pass every
+    error check; a final state on ``meta`` or as a numpy array is the kernel's failure)."""
     for name, ref in _expected(inputs).items():
         out = got.get(name)
         if out is None:
@@ -82,10 +85,24 @@ def check_outputs(got: dict[str, torch.Tensor], inputs: ForwardInputs | UpdateIn
 
 
 def _kernel_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn`` (a kernel's entry point, or autograd through it) called with the process's torch
+    defaults captured before and restored after (``runners.defaults``): what a kernel changed
+    must not reach the reference computed next. An exception is the kernel's failure, even
+    one whose text cannot be had (``safe_str``)."""
+    state = ProcessState.capture()
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        raise KernelFault(f"kernel raised {type(exc).__name__}: {exc}") from exc
+        raise KernelFault(f"kernel raised {type(exc).__name__}: {safe_str(exc)}") from exc
+    finally:
+        note_changes(state.restore())
+
+
+def _tensor(name: str, value: Any) -> torch.Tensor:
+    """``value`` if it is a tensor, else the kernel's failure (a numpy array, a list, None)."""
+    if not isinstance(value, torch.Tensor):
+        raise KernelFault(f"{name} is a {type(value).__name__}, not a tensor")
+    return value
 
 
 def call_forward(
@@ -112,7 +129,7 @@ def call_forward(
     if final_state:
         if not (isinstance(out, tuple | list) and len(out) == 2):
             raise KernelFault("return_final_state=True but the kernel did not return (y, F)")
-        return out[0], out[1]
+        return _tensor("y", out[0]), _tensor("F", out[1])
     if not isinstance(out, torch.Tensor):
         raise KernelFault(f"forward returned {type(out).__name__}, not a tensor")
     return out, None
@@ -139,7 +156,7 @@ def grads(
         allow_unused=True,
     )
     return {
-        name: torch.zeros_like(p) if d is None else d
+        name: torch.zeros_like(p) if d is None else _tensor(name, d)
         for (name, p), d in zip(params.items(), got, strict=True)
     }
 
@@ -167,6 +184,7 @@ def _forward_outputs(kernel: Any, case: Case, fi: ForwardInputs) -> dict[str, to
         out = {"y": y}
         if final is not None:
             out["F"] = final
+        check_outputs(out, fi)  # a y or F of the wrong dtype or device: before autograd
         if backward:
             dy = fi.g if fi.g_view is None else fi.g_view
             out.update(grads([y, final], [dy, fi.q], params))

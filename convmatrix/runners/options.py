@@ -19,6 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from convmatrix.core.environment import check_environment
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import RUN_KINDS
 from convmatrix.core.verdict import RULES
@@ -125,6 +126,11 @@ class RunOptions:
         "--reference-cache-size", default="8G", metavar="SIZE",
         help="the reference cache's limit, least recently used entries evicted (e.g. 500M, 8G)",
     )  # fmt: skip
+    max_cases: int | None = _option(
+        "--max-cases", type=int, metavar="N",
+        help="refuse a matrix that can expand to more than N cases, counted before expanding "
+        "(default: the matrix's max_cases, else 100000)",
+    )  # fmt: skip
     rule: str | None = _option(
         "--policy", choices=tuple(RULES), metavar="RULE",
         help=f"the rule of the verdict policy, overriding the matrix's: {', '.join(RULES)} "
@@ -200,7 +206,10 @@ class RunOptions:
         """These options validated and resolved (workers a number, the shard parsed, CI
         defaults read from the environment); ``UsageError`` names the argument at fault.
         Idempotent: checking checked options changes nothing."""
+        check_environment()  # every declared variable, before any work (one line naming it)
         _check_choices(self)
+        if self.max_cases is not None and self.max_cases < 1:
+            raise UsageError(f"--max-cases {self.max_cases}: give a number of cases >= 1")
         if self.resume and self.no_db:
             raise UsageError("--resume needs the database; drop --no-db")
         if not self.resume and (not self.matrix or not self.kernel) and not self.files:

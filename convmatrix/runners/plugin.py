@@ -24,6 +24,7 @@ import contextlib
 import json
 import signal
 import socket
+import warnings
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores
 from convmatrix.core.errors import ConvmatrixError
 from convmatrix.core.records import CaseResult
+from convmatrix.core.sanitise import safe_str, terminal_safe
 from convmatrix.core.verdict import describe
 from convmatrix.runners.controller import Prepared
 from convmatrix.runners.execute import run_guarded
@@ -40,7 +42,7 @@ from convmatrix.runners.options import add_pytest_options
 from convmatrix.runners.placement import WorkerPlacement, bind, place_worker
 from convmatrix.runners.processes import watch_parent
 from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
-from convmatrix.runners.watchdog import Watchdog
+from convmatrix.runners.watchdog import EXIT_STATUS, SINGLE_EXIT_STATUS, Watchdog, witness
 from convmatrix.runners.workload import Workload
 
 __all__ = ["PAYLOAD", "PREPARED", "CaseItem", "WorkerPlacement", "place_worker"]
@@ -253,8 +255,18 @@ class CaseItem(pytest.Item):
             result = CaseResult(self.case, "timeout", limit, message, worker=self._worker())
             self._deliver(result, "\n".join(describe(result)))
 
-        with Watchdog(limit, on_timeout):
+        seen = witness()
+        if seen is not None:
+            seen.case(self.case.pytest_id)
+        status = SINGLE_EXIT_STATUS if single else EXIT_STATUS
+        with Watchdog(limit, on_timeout, status), warnings.catch_warnings(record=True) as caught:
             result = run_guarded(self.case, prepared.context(self.workload))
+        if seen is not None:
+            seen.idle()
+        for w in caught:  # the kernel's warnings, shown escaped in pytest's summary
+            warnings.warn_explicit(
+                terminal_safe(safe_str(w.message)), w.category, terminal_safe(w.filename), w.lineno
+            )
         result.worker = self._worker()
         result.host, result.device_index = socket.gethostname(), prepared.device_index
         self.user_properties.append((PAYLOAD, json.dumps(result.to_json())))
@@ -264,6 +276,6 @@ class CaseItem(pytest.Item):
             raise CaseFailed("\n".join(describe(result)))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> Any:
-        if isinstance(excinfo.value, CaseFailed):
-            return str(excinfo.value)
+        if isinstance(excinfo.value, CaseFailed):  # kernel text: escape sequences shown
+            return terminal_safe(str(excinfo.value))
         return super().repr_failure(excinfo, style=style)

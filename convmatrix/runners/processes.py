@@ -2,7 +2,10 @@
 
 A kernel may start processes (a compiler, a helper, ``sleep 600``) and never wait for them.
 ``CaseProcesses`` notes this process's descendants before a case and ends, after it, those
-that appeared during it, so none outlives its case (or the run). ``watch_parent`` makes an
+that appeared during it, so none outlives its case (or the run). A process that left the
+tree (``setsid`` and a double fork: a daemon, re-parented to init) is found by the token the
+case puts in the environment (``CONVMATRIX_CASE_TOKEN``), which every process it starts
+inherits: ``/proc/*/environ`` is searched for it at the end of the case. ``watch_parent`` makes an
 xdist worker end itself within a second when its controller dies (SIGKILL gives the
 controller no chance to stop its workers), ending its kernel's children first.
 Linux reads ``/proc``; elsewhere both do nothing.
@@ -12,12 +15,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import threading
 import time
 from pathlib import Path
 
-__all__ = ["CaseProcesses", "descendants", "kill_new_descendants", "watch_parent"]
+__all__ = [
+    "TOKEN_ENV",
+    "CaseProcesses",
+    "descendants",
+    "kill_new_descendants",
+    "marked",
+    "watch_parent",
+]
+
+TOKEN_ENV = "CONVMATRIX_CASE_TOKEN"
 
 _PROC = Path("/proc")
 PARENT_POLL_S = 0.25  # how often a worker looks for its controller
@@ -47,12 +60,32 @@ def descendants(pid: int | None = None) -> set[int]:
     return found
 
 
-def kill_new_descendants(before: set[int]) -> list[int]:
-    """SIGKILL the descendants of this process that are not in ``before``; their pids."""
-    new = sorted(descendants() - before)
-    for pid in new:
+def marked(token: str) -> set[int]:
+    """Every process (but this one) whose environment, as it was started, holds ``token``
+    in ``CONVMATRIX_CASE_TOKEN``: the processes a case started, wherever they went."""
+    needle = f"{TOKEN_ENV}={token}\0".encode()
+    found = set()
+    for entry in _PROC.glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError, ValueError):
+            if needle in entry.read_bytes():
+                found.add(int(entry.parent.name))
+    found.discard(os.getpid())
+    return found
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def kill_new_descendants(before: set[int], token: str | None = None) -> list[int]:
+    """SIGKILL the descendants of this process that are not in ``before`` and, with
+    ``token``, every process carrying it (``marked``); their pids."""
+    new = sorted(descendants() - before)
+    if token is not None:
+        new += sorted(marked(token) - set(new) - before)
+    _kill(new)
     pending, deadline = set(new), time.monotonic() + REAP_S
     while pending and time.monotonic() < deadline:  # reap our own children: no zombies
         for pid in list(pending):
@@ -70,14 +103,22 @@ def kill_new_descendants(before: set[int]) -> list[int]:
 
 
 class CaseProcesses:
-    """``with CaseProcesses():`` around a case: processes it started end with it."""
+    """``with CaseProcesses():`` around a case: processes it started end with it, in the
+    tree or not (the case's environment token)."""
 
     def __enter__(self) -> CaseProcesses:
         self.before = descendants()
+        self.token = f"{os.getpid()}-{secrets.token_hex(8)}"
+        self._saved = os.environ.get(TOKEN_ENV)
+        os.environ[TOKEN_ENV] = self.token
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.ended = kill_new_descendants(self.before)
+        if self._saved is None:
+            os.environ.pop(TOKEN_ENV, None)
+        else:
+            os.environ[TOKEN_ENV] = self._saved
+        self.ended = kill_new_descendants(self.before, self.token if _PROC.is_dir() else None)
 
 
 def watch_parent(poll_s: float = PARENT_POLL_S) -> threading.Thread:

@@ -28,6 +28,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.dtypes import UNIT_ROUNDOFF
 from convmatrix.core.records import PropertyResult
+from convmatrix.core.sanitise import safe_str
 from convmatrix.core.tolerances import Policy
 from convmatrix.core.verdict import judged_dtype
 from convmatrix.kernels.oracle.reference import (
@@ -37,7 +38,13 @@ from convmatrix.kernels.oracle.reference import (
 )
 from convmatrix.runners.applicability import not_applicable, refused_call, split_point
 from convmatrix.runners.bounds import bound_of, bound_usage
-from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, place
+from convmatrix.runners.inputs import (
+    ForwardInputs,
+    UpdateInputs,
+    build_forward,
+    place,
+    recording_placed,
+)
 from convmatrix.runners.invoke import KernelFault, call_forward, grads
 
 __all__ = ["PROPERTIES", "check_guards", "run_properties", "run_property"]
@@ -294,10 +301,20 @@ def run_property(
     refused = refused_call(kernel, name, case)
     if refused:
         return not_applicable(name, refused)
-    try:
-        return PROPERTIES[name](kernel, case, policy, device)
-    except KernelFault as exc:
-        return PropertyResult(name, False, str(exc))
+    with recording_placed() as placed:
+        try:
+            result = PROPERTIES[name](kernel, case, policy, device)
+        except KernelFault as exc:
+            result = PropertyResult(name, False, safe_str(exc))
+    # The check's own calls are held to the guards too: a write outside a view (or into an
+    # input) made only on these calls went unseen when only the main call was guarded.
+    damage = [p for g in placed for p in (g.gap_damage(), g.value_damage()) if p]
+    if damage:
+        detail = f"guards broken by this check's calls: {'; '.join(damage)}"
+        return PropertyResult(
+            name, False, f"{detail}; {result.detail}" if result.detail else detail
+        )
+    return result
 
 
 def run_properties(

@@ -20,6 +20,7 @@ from convmatrix.core.records import CaseResult
 from convmatrix.runners.controller import Controller, Prepared, Setup
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.watchdog import witness
 
 __all__ = ["PAYLOAD", "ControllerPlugin", "start_controller", "stop_after_timeout"]
 
@@ -52,6 +53,9 @@ def start_controller(config: pytest.Config, setup: Setup | None, xdist: bool) ->
         setup = Setup.of(_options(config, xdist), store)
     controller = setup.controller()
     config.pluginmanager.register(ControllerPlugin(config, setup.prepared, controller), _NAME)
+    seen = witness()
+    if seen is not None:
+        seen.run(controller.run_id)
     return setup.prepared
 
 
@@ -60,6 +64,9 @@ def stop_after_timeout(config: pytest.Config, why: str) -> None:
     say how to finish it."""
     plugin: ControllerPlugin = config.pluginmanager.get_plugin(_NAME)
     summary = plugin.controller.finish(interrupted=True)
+    seen = witness()
+    if seen is not None:  # the process ends next, in order: its line is the one below
+        seen.done()
     hint = (
         ""
         if summary.run_id is None

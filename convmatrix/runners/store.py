@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from convmatrix.core.errors import UsageError
-from convmatrix.core.records import CaseResult, RunMeta
+from convmatrix.core.records import CaseResult, RunIdentity, RunMeta
 
 __all__ = ["MemoryStore", "RunStore", "Shard", "StoredRun"]
 
@@ -45,6 +45,7 @@ class StoredRun:
     kernel_spec: str | None  # as given to --kernel, when recorded
     matrix_sources: tuple[str, ...]  # what the run loaded (built-in names or absolute paths)
     done: frozenset[str]  # ids of the cases that already have a result
+    identity: RunIdentity | None = None  # kernel and commit, matrix, device kind
 
 
 class RunStore(Protocol):
@@ -80,7 +81,14 @@ class RunStore(Protocol):
 
     def finish(self, status: str) -> Mapping[str, int] | None:
         """Close the run with ``status``; the run's counts by outcome over every session that
-        wrote to it (a resumed run's earlier ones included), or None when nothing is kept."""
+        wrote to it (a resumed run's earlier ones included), or None when nothing is kept
+        (or the store could not say: ``failure``)."""
+        ...
+
+    def failure(self) -> str | None:
+        """One line when the store could not keep the run as asked (a database that refused
+        past its retry bound: where the results went instead, how to recover them); the run
+        then ends ``interrupted`` with the infrastructure exit status."""
         ...
 
 
@@ -108,4 +116,7 @@ class MemoryStore:
         pass
 
     def finish(self, status: str) -> Mapping[str, int] | None:
+        return None
+
+    def failure(self) -> str | None:
         return None

@@ -9,7 +9,12 @@ case as crashed; the recorder ignores that second report because the case alread
 a case is recorded exactly once.
 
 A kernel that holds the GIL never lets the watchdog thread run; ``faulthandler`` (a C-level
-timer) then ends the process some seconds later and the case is recorded as crashed.
+timer) then ends the process some seconds later and the case is recorded as crashed. In a
+single process (``-n 0``) nothing is left to record it: a ``Witness`` (a tiny process started
+before the run, fed the case each time one starts) prints one line when the run's process
+ends without saying it is done: the case, the run to ``--resume`` and the file holding
+faulthandler's traceback. A ``-n 0`` run whose case times out (the soft limit) exits 1: the
+run stopped early.
 """
 
 from __future__ import annotations
@@ -17,16 +22,126 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from traceback import format_exc
 from types import TracebackType
+from typing import IO
 
-__all__ = ["Watchdog"]
+__all__ = ["EXIT_STATUS", "SINGLE_EXIT_STATUS", "Watchdog", "Witness", "witness", "witnessed"]
 
 HARD_GRACE_S = 15.0  # after the soft limit, faulthandler's hard exit
-EXIT_STATUS = 70  # what the process exits with after a timeout (EX_SOFTWARE)
+EXIT_STATUS = 70  # what a worker exits with after a timeout (EX_SOFTWARE): xdist replaces it
+SINGLE_EXIT_STATUS = 1  # a -n 0 run stopped at a hung case: the run stopped early
+
+# The witness: reads what the run says on stdin; at its end (the run's process is gone) one
+# line, unless the run said "done". Ignores SIGINT (a Ctrl-C is the run's to report).
+_WITNESS = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+trace, case, run, done = sys.argv[1], None, None, False
+for line in sys.stdin:
+    kind, _, rest = line.rstrip("\n").partition(" ")
+    if kind == "case":
+        case = rest
+    elif kind == "idle":
+        case = None
+    elif kind == "run":
+        run = rest
+    elif kind == "done":
+        done = True
+try:
+    size = os.path.getsize(trace)
+except OSError:
+    size = 0
+if not done:
+    where = f"during case {case}" if case else "outside any case"
+    if size:
+        how = ("faulthandler ended it (a hang holding the GIL past the case's limit, or a "
+               f"fatal signal): its traceback is in {trace}")
+    else:
+        how = "without a result (killed, or a kernel called os._exit)"
+    again = f"; convmatrix run --resume {run} runs the rest" if run else ""
+    sys.stderr.write(f"convmatrix: the run's process ended {where}: {how}{again}\n")
+    sys.stderr.flush()
+if not size:
+    try:
+        os.unlink(trace)
+    except OSError:
+        pass
+"""
+
+
+class Witness:
+    """A process that outlives a single-process run and speaks for it if it dies (see the
+    module's docstring). ``case(name)`` before a case, ``idle()`` after, ``done()`` at the
+    end; ``trace`` is the file faulthandler writes to."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        where = Path(directory or tempfile.gettempdir())
+        self.path = where / f"convmatrix-fatal-{os.getpid()}.txt"
+        self.trace: IO[str] = self.path.open("w", encoding="utf-8")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _WITNESS, str(self.path)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
+        )  # fmt: skip
+        faulthandler.enable(file=self.trace)  # a segfault's traceback goes there too
+
+    def _say(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+
+    def run(self, run_id: int | None) -> None:
+        if run_id is not None:
+            self._say(f"run {run_id}")
+
+    def case(self, name: str) -> None:
+        self._say(f"case {name}")
+
+    def idle(self) -> None:
+        self._say("idle")
+
+    def done(self) -> None:
+        """The run ended in order: the witness leaves without a word."""
+        self._say("done")
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+_witness: list[Witness] = []  # the single-process run's witness, while it runs
+
+
+@contextlib.contextmanager
+def witnessed(enabled: bool = True):
+    """``with witnessed():`` around a single-process run (the xdist executor's ``-n 0``)."""
+    if not enabled:
+        yield None
+        return
+    try:
+        found = Witness()
+    except OSError:  # no temporary directory or no process to spare: run unwitnessed
+        yield None
+        return
+    _witness.append(found)
+    try:
+        yield found
+    finally:
+        _witness.remove(found)
+        found.done()
+
+
+def witness() -> Witness | None:
+    """The witness of the run going on in this process, if any."""
+    return _witness[-1] if _witness else None
 
 
 class Watchdog:
@@ -37,8 +152,11 @@ class Watchdog:
     cannot fire, and if it is already firing, the caller blocks until the process ends.
     """
 
-    def __init__(self, timeout_s: float, on_timeout: Callable[[], None]) -> None:
+    def __init__(
+        self, timeout_s: float, on_timeout: Callable[[], None], exit_status: int = EXIT_STATUS
+    ) -> None:
         self.timeout_s = timeout_s
+        self.exit_status = exit_status
         self._on_timeout = on_timeout
         self._lock = threading.Lock()
         self._done = False
@@ -48,7 +166,9 @@ class Watchdog:
     def __enter__(self) -> Watchdog:
         if self.timeout_s > 0:
             self._timer.start()
-            faulthandler.dump_traceback_later(self.timeout_s + HARD_GRACE_S, exit=True)
+            seen = witness()  # sys.stderr is pytest's capture here: lost with the process
+            where = {"file": seen.trace} if seen is not None else {}
+            faulthandler.dump_traceback_later(self.timeout_s + HARD_GRACE_S, exit=True, **where)
         return self
 
     def finished(self) -> None:
@@ -80,4 +200,4 @@ class Watchdog:
             for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
                 with contextlib.suppress(Exception):
                     stream.flush()
-            os._exit(EXIT_STATUS)
+            os._exit(self.exit_status)

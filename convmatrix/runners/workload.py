@@ -58,8 +58,9 @@ def _from_jsonl(path: Path) -> Workload:
     return Workload(str(path.resolve()), path.stem, digest, cases)
 
 
-def load_workload(source: str, kernel: Any) -> Workload:
-    """Expand ``source`` for ``kernel``; ``UsageError`` (exit 2) names what is wrong."""
+def load_workload(source: str, kernel: Any, max_cases: int | None = None) -> Workload:
+    """Expand ``source`` for ``kernel``; ``UsageError`` (exit 2) names what is wrong, a
+    matrix over its case limit (``max_cases``: ``--max-cases``) before it is expanded."""
     path = Path(source).expanduser()
     if path.suffix == ".jsonl":
         if not path.is_file():
@@ -68,7 +69,7 @@ def load_workload(source: str, kernel: Any) -> Workload:
     from convmatrix.matrix import expand_matrix, load_matrix  # only needed here
 
     spec = load_matrix(source)
-    expansion = expand_matrix(spec, kernel)
+    expansion = expand_matrix(spec, kernel, max_cases)
     return Workload(
         source=_canonical_source(source),
         name=spec.name,

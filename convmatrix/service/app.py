@@ -20,6 +20,8 @@ it and comes from no other site (``service.access``); without a token the server
 and every write answers 403. It never migrates: a database behind the newest schema is refused
 with the command that upgrades it. A name that matches nothing is a 404 with the same one-line
 message the command line would print.
+malformed input (a 5000-digit run id, ``since=999999999999d``, an unknown filter or state, a
+control character) is a 400.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError, UsageError
 from convmatrix.db.database import Database
 from convmatrix.db.engine import connection_error
 from convmatrix.reports.history_view import load_history
@@ -51,6 +53,7 @@ from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.viewmodel import to_jsonable
 from convmatrix.service import alert_pages, pages
 from convmatrix.service.access import write_refusal
+from convmatrix.service.inputs import check_params
 from convmatrix.service.regressions import TRANSITIONS
 from convmatrix.service.triage_api import (
     MAX_BODY,
@@ -135,11 +138,12 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
     def endpoint(builder: Builder, as_json: bool) -> Callable[[Request], Response]:
         def handle(request: Request) -> Response:  # sync: Starlette runs it in a thread
             try:
+                check_params([*request.path_params.items(), *request.query_params.multi_items()])
                 with Session(engine) as session:
                     view = builder(session, url, request)
                     extra = {} if as_json else pages.served_context(session, view)
-            except UsageError as err:
-                return _refused(404, str(err))
+            except UsageError as err:  # malformed: 400; a name matching nothing: 404
+                return _refused(400 if isinstance(err, InputError) else 404, str(err))
             if as_json:
                 return JSONResponse(to_jsonable(view))
             path = request.url.path + (f"?{request.url.query}" if request.url.query else "")

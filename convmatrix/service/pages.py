@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError, UsageError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, RUN_KINDS
 from convmatrix.db.engine import redact_url
 from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, RegressionRow, Run
@@ -108,7 +108,7 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
     otherwise (``confirm``, ``bisect``, ``adequacy``, or ``all``)."""
     unknown = [k for k in filters if k not in RUN_FILTERS]
     if unknown:
-        raise UsageError(f"filter {unknown[0]!r}: choose from {', '.join(RUN_FILTERS)}")
+        raise InputError(f"filter {unknown[0]!r}: choose from {', '.join(RUN_FILTERS)}")
     query = select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
     columns = {"kernel": Run.kernel, "label": Run.label, "device": Run.device_kind,
                "matrix": Run.matrix}  # fmt: skip
@@ -117,7 +117,7 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
             query = query.where(column == filters[name])
     kind = filters.get("kind") or "run"
     if kind not in (*RUN_KINDS, "all"):
-        raise UsageError(f"kind {kind!r}: choose from {', '.join(RUN_KINDS)}, all")
+        raise InputError(f"kind {kind!r}: choose from {', '.join(RUN_KINDS)}, all")
     if kind != "all":
         query = query.where(Run.kind == kind)
     if filters.get("since"):

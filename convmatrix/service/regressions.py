@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError, UsageError
 from convmatrix.db.models import REGRESSION_STATES, RegressionEventRow, RegressionRow, utcnow
 
 __all__ = [
@@ -231,7 +231,7 @@ def list_regressions(
     """Regressions, newest first, filtered by state, kernel, case id (prefix), id or alert."""
     unknown = [s for s in states if s not in TRANSITIONS]
     if unknown:
-        raise UsageError(f"--state {unknown[0]!r}: choose from {', '.join(TRANSITIONS)}")
+        raise InputError(f"--state {unknown[0]!r}: choose from {', '.join(TRANSITIONS)}")
     query = select(RegressionRow).order_by(RegressionRow.id.desc())
     if states:
         query = query.where(RegressionRow.state.in_(list(states)))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from convmatrix.core.case import Case
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InfrastructureError, UsageError
 from convmatrix.core.records import CaseResult
 from convmatrix.runners.account import RunAccount
 from convmatrix.runners.controller import Controller, Setup
@@ -151,7 +151,10 @@ class RayExecutor:
         request = setup.request
         kind = setup.prepared.device.type
         resource = RESOURCES[kind]
-        started = self._connect(ray, request, resource)
+        try:
+            started = self._connect(ray, request, resource)
+        except (ConnectionError, ray.exceptions.RayError) as err:  # no cluster to run on
+            raise InfrastructureError(f"--executor ray: cannot reach the cluster: {err}") from err
         actors: list[_Actor] = []
         driver: _Driver | None = None
         try:
@@ -172,6 +175,15 @@ class RayExecutor:
             if controller is None:
                 raise
             summary = controller.finish(True, signalled=True)
+        except (ConnectionError, ray.exceptions.RayError) as err:  # the cluster itself failed
+            lost = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            again = ""
+            if controller is not None:
+                summary = controller.finish(True)
+                again = f" (run {summary.run_id}: --resume runs the rest)"
+            raise InfrastructureError(
+                f"the Ray cluster failed under the run{again}: {lost}"
+            ) from err
         finally:
             if controller is not None:
                 controller.finish(True)  # an exception: keep what was recorded, say so

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from convmatrix.core.errors import ConvmatrixError, UsageError
+from convmatrix.core.errors import InfrastructureError, UsageError
 from convmatrix.runners.account import RunAccount
 from convmatrix.runners.controller import Setup
 from convmatrix.runners.options import RunOptions
+from convmatrix.runners.watchdog import witnessed
 
 __all__ = ["XdistExecutor", "pytest_args"]
 
@@ -81,7 +82,8 @@ class XdistExecutor:
         n_cases = len(setup.prepared.planned())
         handover = _Handover(setup)
         args = [*pytest_args(setup.request, n_cases, self.verbose), *self.extra]
-        with _only_our_plugins():
+        # -n 0: the kernel runs in this process; a witness speaks if it dies mid-case
+        with _only_our_plugins(), witnessed(int(setup.request.workers) == 0):
             code = pytest.main(args, plugins=[handover])
         return _summary(code, handover.summary)
 
@@ -89,8 +91,8 @@ class XdistExecutor:
 def _summary(code: Any, summary: RunAccount | None) -> RunAccount:
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError("pytest refused the run (its message is above)")
-    if summary is None:
-        raise ConvmatrixError(f"the run ended before it was recorded (pytest exit {int(code)})")
+    if summary is None:  # the executor failed under the run: infrastructure (exit 3)
+        raise InfrastructureError(f"the run ended before it was recorded (pytest exit {int(code)})")
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("convmatrix run: nothing to run (every selected case already has a result)")
     return summary

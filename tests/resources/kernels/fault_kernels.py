@@ -7,6 +7,7 @@ fault cases' inputs) is the ``torch`` framework path, so only the fault itself d
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -106,3 +107,40 @@ class LongName(TorchKernel):
     """A name longer than the database's kernel column (varchar(200))."""
 
     name = "k" * 201
+
+
+def _at_seqlen_12(x: torch.Tensor) -> bool:
+    return x.shape[-1] == 12
+
+
+class StopsTheDatabase(TorchKernel):
+    """The torch path; on the case of seqlen 12 it runs the command ``$FAULT_STOP_DB`` (a JSON
+    list: ``pg_ctl stop`` of the test's private server), so the database is gone for the end
+    of the run (tests/test_faults.py)."""
+
+    name = "stops_the_database"
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        command = os.environ.get("FAULT_STOP_DB")
+        if command and _at_seqlen_12(x):
+            subprocess.run(json.loads(command), check=True, capture_output=True, timeout=120)
+        return super().forward(x, weight, bias, **kwargs)
+
+
+class FillsTheDisk(TorchKernel):
+    """The torch path; on the case of seqlen 12 it fills the file system of ``$FAULT_FILL``
+    (a file on the small tmpfs holding the run's SQLite database) until it is full."""
+
+    name = "fills_the_disk"
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        path = os.environ.get("FAULT_FILL")
+        if path and _at_seqlen_12(x):
+            block = b"\0" * (64 << 10)
+            with open(path, "ab", buffering=0) as f:
+                try:
+                    while True:
+                        f.write(block)
+                except OSError:  # ENOSPC: full
+                    pass
+        return super().forward(x, weight, bias, **kwargs)

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 
 from convmatrix.core.contract import Geometry
+from convmatrix.core.environment import GEOMETRY_KEYS, check_geometry_value
 from convmatrix.core.errors import UsageError
 
 __all__ = ["DEFAULT_GEOMETRY", "ENV_VAR", "geometry_from_env", "make_geometry", "parse_geometry"]
@@ -23,18 +24,7 @@ __all__ = ["DEFAULT_GEOMETRY", "ENV_VAR", "geometry_from_env", "make_geometry", 
 DEFAULT_GEOMETRY = Geometry(time_tile=64, channel_tile=32, vector_width=8, partial_groups=4)
 ENV_VAR = "CONVMATRIX_TILED_GEOMETRY"
 
-_KEYS = {
-    "T": "time_tile",
-    "tile": "time_tile",
-    "time_tile": "time_tile",
-    "C_t": "channel_tile",
-    "ctile": "channel_tile",
-    "channel_tile": "channel_tile",
-    "vec": "vector_width",
-    "vector_width": "vector_width",
-    "P": "partial_groups",
-    "partial_groups": "partial_groups",
-}
+_KEYS = GEOMETRY_KEYS  # declared with their bounds in core.environment
 
 
 def make_geometry(base: Geometry = DEFAULT_GEOMETRY, **values: int) -> Geometry:
@@ -46,13 +36,9 @@ def make_geometry(base: Geometry = DEFAULT_GEOMETRY, **values: int) -> Geometry:
         "partial_groups": base.partial_groups,
     }
     for key, value in values.items():
-        if key not in _KEYS:
-            raise UsageError(
-                f"unknown tiled geometry key {key!r}: use T, C_t, vec or P "
-                "(time_tile, channel_tile, vector_width, partial_groups)"
-            )
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise UsageError(f"tiled geometry {key}={value!r}: must be a positive integer")
+        why = check_geometry_value(key, value)  # known key, 1 <= value <= its bound
+        if why:
+            raise UsageError(why)
         fields[_KEYS[key]] = value
     geometry = Geometry(**fields)
     if geometry.channel_tile % geometry.vector_width:

@@ -1,0 +1,213 @@
+"""Every environment variable convmatrix reads, declared once, and the check run at start-up.
+
+A variable read deep inside a run (``CONVMATRIX_CPU_CLOCK`` only when a case is timed, the
+tiled kernel's geometry only when it is loaded) would otherwise be found wrong after minutes
+of work, or blamed on a kernel: a typo in the clock recorded seven timing regressions, a
+geometry of a billion-wide tile became a 25 TB allocation. ``check_environment`` looks at each
+declared variable that is set, before any work, and refuses the first bad one in one line
+naming it (``convmatrix`` runs it once per command; ``RunOptions.checked`` for every door of a
+run). The modules that read a variable keep their own parsing; the names, the checks and the
+bounds are here.
+
+No torch and no database driver at import: ``convmatrix --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from convmatrix.core.errors import UsageError
+
+__all__ = [
+    "GEOMETRY_KEYS",
+    "GEOMETRY_LIMITS",
+    "VARIABLES",
+    "Variable",
+    "check_environment",
+    "check_geometry_value",
+]
+
+# The tiled kernel's geometry: textual keys -> Geometry fields, and each field's upper bound.
+# A tile is one unit of on-chip work: 65536 time steps or channels is far past any device's
+# on-chip memory, and P partial groups of an FP32 workspace of (P, C, K+1) stay under 1024.
+GEOMETRY_KEYS = {
+    "T": "time_tile",
+    "tile": "time_tile",
+    "time_tile": "time_tile",
+    "C_t": "channel_tile",
+    "ctile": "channel_tile",
+    "channel_tile": "channel_tile",
+    "vec": "vector_width",
+    "vector_width": "vector_width",
+    "P": "partial_groups",
+    "partial_groups": "partial_groups",
+}
+GEOMETRY_LIMITS = {
+    "time_tile": 1 << 16,
+    "channel_tile": 1 << 16,
+    "vector_width": 1 << 10,
+    "partial_groups": 1 << 10,
+}
+MAX_RETRY_S = 24 * 3600.0  # CONVMATRIX_DB_RETRY_S: a day of retrying is already too long
+
+
+def check_geometry_value(key: str, value: int) -> str | None:
+    """Why ``key=value`` is not a tiled geometry field, or None."""
+    name = GEOMETRY_KEYS.get(key)
+    if name is None:
+        return (
+            f"unknown tiled geometry key {key!r}: use T, C_t, vec or P "
+            "(time_tile, channel_tile, vector_width, partial_groups)"
+        )
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return f"tiled geometry {key}={value!r}: must be a positive integer"
+    if value > GEOMETRY_LIMITS[name]:
+        return f"tiled geometry {key}={value}: at most {GEOMETRY_LIMITS[name]}"
+    return None
+
+
+def _geometry(text: str) -> str | None:
+    values: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            return f"expected key=value, got {item!r}"
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            return f"{key.strip()}={raw.strip()!r} is not an integer"
+        why = check_geometry_value(key.strip(), value)
+        if why:
+            return why
+        values[GEOMETRY_KEYS[key.strip()]] = value
+    ctile, vec = values.get("channel_tile"), values.get("vector_width")
+    if ctile is not None and vec is not None and ctile % vec:
+        return f"the channel tile C_t={ctile} is not a multiple of the vector width vec={vec}"
+    return None
+
+
+def _choice(*allowed: str) -> Callable[[str], str | None]:
+    def check(text: str) -> str | None:
+        if text.strip().lower() in allowed:
+            return None
+        return f"choose one of {', '.join(a for a in allowed if a)}"
+
+    return check
+
+
+def _seconds(upper: float) -> Callable[[str], str | None]:
+    def check(text: str) -> str | None:
+        try:
+            value = float(text)
+        except ValueError:
+            return "give a number of seconds"
+        if not math.isfinite(value) or not 0 <= value <= upper:
+            return f"give a number of seconds from 0 to {upper:g}"
+        return None
+
+    return check
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def _database_url(text: str) -> str | None:
+    if _URL.match(text.strip()):
+        return None
+    return "not a database URL (e.g. sqlite:///convmatrix.db or postgresql://user@host/db)"
+
+
+def _web_url(text: str) -> str | None:
+    if re.match(r"^https?://[^\s/]+", text.strip()):
+        return None
+    return "give the http(s) URL `convmatrix serve` answers at"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One variable: what it sets, who reads it, and its check (None: any value)."""
+
+    name: str
+    what: str
+    read_by: str
+    check: Callable[[str], str | None] | None = None
+    secret: bool = False  # may hold a password: never shown
+
+
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable(
+            "CONVMATRIX_DB",
+            "the results database URL when --db is not given",
+            "db.engine",
+            _database_url,
+            secret=True,
+        ),
+        Variable(
+            "CONVMATRIX_CPU_CLOCK",
+            "the clock of cpu timings: process (default) or wall",
+            "core.devices",
+            _choice("", "process", "wall"),
+        ),
+        Variable(
+            "CONVMATRIX_TILED_GEOMETRY",
+            "the tiled kernel's geometry, e.g. T=128,C_t=16,vec=8,P=2 (bounded per field)",
+            "kernels.builtin.tiled",
+            _geometry,
+        ),
+        Variable(
+            "CONVMATRIX_BASE_URL",
+            "where the job summary links to `convmatrix serve` when --base-url is not given",
+            "runners.options",
+            _web_url,
+        ),
+        Variable(
+            "CONVMATRIX_PROGRESS_S",
+            "seconds between progress lines (0: every case)",
+            "runners.progress",
+            _seconds(MAX_RETRY_S),
+        ),
+        Variable(
+            "CONVMATRIX_DB_RETRY_S",
+            "how long results the database refuses are retried before they go to the "
+            "run's journal (default 60)",
+            "db.writer",
+            _seconds(MAX_RETRY_S),
+        ),
+        Variable(
+            "GITHUB_STEP_SUMMARY",
+            "the CI job summary file when --summary is not given",
+            "runners.options",
+        ),
+        Variable(
+            "TRITON_INTERPRET",
+            "Triton's CPU interpreter (set by the fla adapter unless 0/false/off/no)",
+            "kernels.adapters.triton_interpreter",
+            _choice("", "0", "1", "true", "false", "on", "off", "yes", "no"),
+        ),
+    )
+}
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """``UsageError`` (exit 2), one line naming the variable, for the first declared variable
+    that is set to something its reader would refuse; nothing when all are fine."""
+    env = os.environ if environ is None else environ
+    for variable in VARIABLES.values():
+        value = env.get(variable.name)
+        if not value or not value.strip() or variable.check is None:
+            continue  # unset, or empty: the reader's default
+        why = variable.check(value)
+        if why and variable.secret:  # a URL that is not one may still hold a password
+            raise UsageError(
+                f"environment variable {variable.name} (value not shown: it may hold a "
+                f"password): {why}"
+            )
+        if why:
+            shown = value if len(value) <= 80 else value[:80] + "..."
+            raise UsageError(f"environment variable {variable.name}={shown!r}: {why}")
