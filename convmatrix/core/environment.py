@@ -180,6 +180,17 @@ VARIABLES: dict[str, Variable] = {
             _seconds(MAX_RETRY_S),
         ),
         Variable(
+            "CONVMATRIX_REFERENCE_CACHE",
+            "the reference cache's directory when --reference-cache is not given (off: none)",
+            "runners.controller",
+        ),
+        Variable(
+            "CONVMATRIX_SERVE_TOKEN",
+            "the bearer token `convmatrix serve` takes writes with when --token-file is not given",
+            "service.access",
+            secret=True,
+        ),
+        Variable(
             "GITHUB_STEP_SUMMARY",
             "the CI job summary file when --summary is not given",
             "runners.options",
