@@ -21,6 +21,15 @@ TINY_L7 = "fwd_bwd-K4-L7-C6-B2-chlast-channelslice-silu-bias-f32w32-init-final-d
 LIMIT_S = 300  # a hung harness fails the test instead of hanging the suite
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie has ended: only its exit status is left)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """This environment minus the outer xdist worker's variables, plus the planted kernels."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CONVMATRIX_DB"))}

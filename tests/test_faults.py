@@ -24,6 +24,7 @@ import pytest
 from runner_helpers import (
     RESOURCES,
     TINY,
+    alive,
     child_env,
     convmatrix_cmd,
     pytest_cmd,
@@ -61,14 +62,6 @@ EXPECTED = {
     16: ("passed", ""),
     17: ("passed", ""),
 }
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has ended
-    except OSError:
-        return False
 
 
 def _with_password(url: str) -> str:
@@ -109,7 +102,7 @@ def test_every_fault_is_a_result_and_every_planned_case_is_accounted_for(
     # the leak: measured (400 MB held) and over the budget; the clean cases measured small
     assert by_seqlen[11].peak_mem_mb is not None and by_seqlen[11].peak_mem_mb >= 350
     child_pids = [int(p) for p in pids.read_text().split()]
-    assert child_pids and not any(_alive(p) for p in child_pids), "a kernel's child outlived it"
+    assert child_pids and not any(alive(p) for p in child_pids), "a kernel's child outlived it"
 
 
 def test_a_result_that_never_arrives_is_recorded_lost(tmp_path, sqlite_url):
@@ -176,7 +169,7 @@ def test_sigkill_of_the_controller_leaves_no_worker_and_keeps_the_results(
             controller.kill()
     # (execnet would end an orphaned xdist worker too, after 5-15 s: that the watch does it
     # at all is the test below; this is about no worker being left)
-    assert _wait_for(lambda: not any(_alive(p) for p in workers), limit_s=GONE_S), (
+    assert _wait_for(lambda: not any(alive(p) for p in workers), limit_s=GONE_S), (
         f"workers outlived their controller by over {GONE_S:.0f} s"
     )
     (info,) = runs(url)
@@ -206,7 +199,7 @@ def test_child_processes_of_a_case_end_with_it(tmp_path):
         with CaseProcesses() as case:
             newer = subprocess.Popen(["sleep", "60"])
         assert case.ended == [newer.pid]
-        assert not _alive(newer.pid)  # killed and reaped (so Popen.wait learns nothing)
+        assert not alive(newer.pid)  # killed and reaped (so Popen.wait learns nothing)
         assert older.poll() is None
     finally:
         older.kill()
@@ -242,10 +235,10 @@ def test_a_watched_process_and_its_children_end_when_its_parent_is_killed(tmp_pa
     try:
         assert _wait_for(pids.exists), "the watched process did not start"
         watched, helper = map(int, pids.read_text().split())
-        assert _alive(watched) and _alive(helper)
+        assert alive(watched) and alive(helper)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        assert _wait_for(lambda: not _alive(watched) and not _alive(helper), limit_s=GONE_S), (
+        assert _wait_for(lambda: not alive(watched) and not alive(helper), limit_s=GONE_S), (
             f"a watched process or its child outlived its parent by over {GONE_S:.0f} s"
         )
     finally:
@@ -253,7 +246,7 @@ def test_a_watched_process_and_its_children_end_when_its_parent_is_killed(tmp_pa
             parent.kill()
             parent.wait()
         for pid in (watched, helper):
-            if pid is not None and _alive(pid):
+            if pid is not None and alive(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 

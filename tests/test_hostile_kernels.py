@@ -23,6 +23,7 @@ import pytest
 from runner_helpers import (
     RESOURCES,
     TINY,
+    alive,
     child_env,
     convmatrix_cmd,
     pytest_cmd,
@@ -50,14 +51,6 @@ EXPECTED = {
     17: ("passed", ""),
     18: ("passed", ""),
 }
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
@@ -90,7 +83,7 @@ def test_hostile_kernels_fail_themselves_and_leave_the_process_as_it_was(
         assert got.outcome == outcome, (seqlen, got.message)
         assert words in (got.message or ""), (seqlen, got.message)
     pid = int(daemon.read_text())
-    assert not _alive(pid), "a setsid + double-fork daemon outlived its case"
+    assert not alive(pid), "a setsid + double-fork daemon outlived its case"
 
     for argv in (["regressions", "show", "1"], ["regressions"], ["report", "latest"]):
         shown = run(convmatrix_cmd(*argv, "--db", sqlite_url), tmp_path)
