@@ -13,7 +13,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
@@ -21,9 +20,9 @@ from convmatrix.db.engine import redact_url
 
 __all__ = [
     "RunHeader",
+    "json_text",
     "run_header",
     "to_jsonable",
-    "write_json",
 ]
 
 
@@ -163,8 +162,6 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(view: Any, path: Path) -> Path:
-    """Write the view-model as strict JSON (``allow_nan=False``) to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_jsonable(view), indent=1, allow_nan=False) + "\n")
-    return path
+def json_text(view: Any) -> str:
+    """The view-model as strict JSON (``allow_nan=False``): the file beside a report."""
+    return json.dumps(to_jsonable(view), indent=1, allow_nan=False) + "\n"
