@@ -119,7 +119,8 @@ def test_the_report_command_writes_the_stored_report(db_url, tmp_path, capsys):
     with statements() as sent:
         assert main([*args, str(tmp_path / "again")]) == 1
     assert not _reads(sent, "metrics")
-    assert capsys.readouterr().out == printed.replace(str(tmp_path / "first"), str(tmp_path / "again"))
+    first, again = str(tmp_path / "first"), str(tmp_path / "again")
+    assert capsys.readouterr().out == printed.replace(first, again)
     for name in (f"run-{run}.html", f"run-{run}.json"):
         assert (tmp_path / "again" / name).read_text() == (tmp_path / "first" / name).read_text()
     _forget(db_url)  # a fresh build writes the same files

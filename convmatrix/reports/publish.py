@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from convmatrix.reports.render import render_html, write_pages
+from convmatrix.reports.render import out_dir, render_html, write_pages
 from convmatrix.reports.stored import StoredRun
 from convmatrix.reports.viewmodel import RunHeader, json_text
 
@@ -26,13 +26,13 @@ class RunReport:
     html: Path
 
 
-def write_run_report(session: Session, spec: str | int, url: str, out_dir: Path) -> RunReport:
-    """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into
-    ``out_dir``."""
+def write_run_report(session: Session, spec: str | int, url: str, out: Path) -> RunReport:
+    """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into ``out``."""
     stored = StoredRun(session, spec, url)
+    out_dir(Path(out))  # nothing can be written there: refused before a page is stored
     html = stored.page("run.html", render_html)
     data = stored.page("run.json", json_text)
-    path, _ = write_pages(Path(out_dir) / f"run-{stored.info.id}.html", html, data)
+    path, _ = write_pages(Path(out) / f"run-{stored.info.id}.html", html, data)
     view = json.loads(data)  # the header and the failures' names: a few ms for 10,000 cases
     failures = [(f["outcome"], f["name"]) for f in view["failures"]]
     return RunReport(run=RunHeader(**view["run"]), failures=failures, html=path)
