@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, delete, exc, func, select, update
+from sqlalchemy import Connection, Engine, delete, exc, func, select, update
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
@@ -106,13 +106,15 @@ def run_values(meta: RunMeta) -> dict[str, Any]:
 def write_results(session: Session, run_id: int, batch: list[CaseResult]) -> None:
     """Store ``batch`` in run ``run_id`` inside ``session``'s transaction: what the run already
     holds for those cases is replaced, and the run's counts move by the difference."""
-    replaced = _drop_stored(session, run_id, [r.case.id for r in batch])
-    # Plain tuples through the driver's executemany (``records.Layout``): building dicts
-    # and SQLAlchemy's per-row parameter processing cost more than the SQL itself.
+    # Core on the session's connection, and plain tuples through the driver's executemany
+    # (``records.Layout``): dicts, the ORM's statement handling and SQLAlchemy's per-row
+    # parameter processing cost more than the SQL itself (benchmarks/bench_db_ingest.py).
     connection = session.connection()
+    ids = [r.case.id for r in batch]
+    replaced = _drop_stored(connection, run_id, ids)
     now = utcnow()
     CASES.insert(connection, [case_row(r, run_id, now) for r in batch])
-    pks = _case_pks(session, run_id, [r.case.id for r in batch])
+    pks = _case_pks(connection, run_id, ids)
     children: tuple[list[tuple[Any, ...]], ...] = ([], [], [])
     for result in batch:
         new = child_rows(result, pks[result.case.id], run_id)
@@ -124,34 +126,43 @@ def write_results(session: Session, run_id: int, batch: list[CaseResult]) -> Non
     delta.subtract(replaced)
     # Increments, not values: shards of one run write their batches concurrently.
     # The summary no longer matches: history computes this run live until it stops.
-    values: dict[str, Any] = {f"n_{o}": getattr(Run, f"n_{o}") + n for o, n in delta.items() if n}
-    session.execute(update(Run).where(Run.id == run_id).values(**values, summarised_at=None))
+    runs = Run.__table__.c
+    values: dict[str, Any] = {f"n_{o}": runs[f"n_{o}"] + n for o, n in delta.items() if n}
+    connection.execute(
+        update(Run.__table__).where(runs.id == run_id).values(**values, summarised_at=None)
+    )
 
 
-def _case_pks(session: Session, run_id: int, case_ids: list[str]) -> dict[str, int]:
+_CASES = CaseRow.__table__.c
+
+
+def _case_pks(connection: Connection, run_id: int, case_ids: list[str]) -> dict[str, int]:
     """case id -> the primary key its row got (the (run, case id) index; in pages that
     every driver's parameter limit allows)."""
     pks: dict[str, int] = {}
     for start in range(0, len(case_ids), _PAGE):
         page = case_ids[start : start + _PAGE]
-        rows = session.execute(
-            select(CaseRow.case_id, CaseRow.id).where(
-                CaseRow.run_id == run_id, CaseRow.case_id.in_(page)
+        rows = connection.execute(
+            select(_CASES.case_id, _CASES.id).where(
+                _CASES.run_id == run_id, _CASES.case_id.in_(page)
             )
         )
         pks.update((case_id, pk) for case_id, pk in rows)
     return pks
 
 
-def _drop_stored(session: Session, run_id: int, case_ids: list[str]) -> list[str]:
+def _drop_stored(connection: Connection, run_id: int, case_ids: list[str]) -> list[str]:
     """Delete what the run already holds for ``case_ids``; returns the old outcomes."""
-    where = (CaseRow.run_id == run_id, CaseRow.case_id.in_(case_ids))
-    old = session.execute(select(CaseRow.id, CaseRow.outcome).where(*where)).all()
+    where = (_CASES.run_id == run_id, _CASES.case_id.in_(case_ids))
+    old = connection.execute(select(_CASES.id, _CASES.outcome).where(*where)).all()
     if old:
         pks = [pk for pk, _ in old]
         for model in (MetricRow, PropertyRow, TimingRow):
-            session.execute(delete(model).where(model.run_id == run_id, model.case_pk.in_(pks)))
-        session.execute(delete(CaseRow).where(CaseRow.id.in_(pks)))
+            table = model.__table__
+            connection.execute(
+                delete(table).where(table.c.run_id == run_id, table.c.case_pk.in_(pks))
+            )
+        connection.execute(delete(CaseRow.__table__).where(_CASES.id.in_(pks)))
     return [outcome for _, outcome in old]
 
 
