@@ -236,3 +236,22 @@ def test_eight_clients_at_once_get_the_same_page_and_the_server_answers_in_paral
         kept = session.scalar(select(func.count()).where(RunPageRow.run_id == big))
     engine.dispose()
     assert kept == 1  # stored, for the next reader
+
+
+def test_a_sharded_run_is_stored_only_once_every_shard_reported(db_url):
+    engine = open_database(db_url)
+    results = synthetic_results(20, extras=False)
+    meta = RunMeta(kernel="tiled", matrix="nightly", matrix_hash="f" * 64)
+    with TestClient(create_app(db_url)) as client:
+        for shard in (0, 1):
+            with ResultWriter(engine) as writer:
+                run = writer.join_sharded_run(meta, "ci-7", 2, shard)
+                for r in results[shard::2]:
+                    writer.add(r)
+                writer.flush()
+                writer.finish_shard(shard, "finished")
+            view = client.get(f"/api/runs/{run}").json()["run"]
+            assert view["n_cases"] == 10 * (shard + 1)
+            assert view["shards_missing"] == ([] if shard else ["1/2 never started"])
+            assert ("run.json" in _stored(db_url, run)) == (shard == 1)
+    engine.dispose()

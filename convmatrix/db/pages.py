@@ -2,7 +2,8 @@
 
 A run that finished never changes, so its report and served pages are built once (seconds for
 10,000 cases) and kept here, compressed. Each page carries a stamp: a hash of the run's state
-(``run_state``: status, when it finished and was last summarised, counts, shards) and of
+(``run_state``: its row, with status, counts, and when its results were last summarised,
+and its shards) and of
 whatever else the caller says the page shows (the code's version, the database URL, the
 regressions linked from it). A page is read only under the stamp it was stored with, so a run
 that is resumed, gains a journal's results, or whose linked regressions are triaged is built
@@ -25,15 +26,15 @@ from convmatrix.db.models import Run, RunPageRow, RunShardRow
 __all__ = ["keep_page", "page_stamp", "read_page", "run_state"]
 
 _PAGES = RunPageRow.__table__
-_STATE = (Run.uid, Run.status, Run.finished_at, Run.summarised_at, Run.n_planned,
-          Run.n_passed, Run.n_failed, Run.n_skipped, Run.n_crashed, Run.n_timeout, Run.n_error,
-          Run.n_lost, Run.shard_count)  # fmt: skip
+# Every column of the run's row but the writing process's signs of life: what a page may show
+# of the run (status, counts, label, versions, ...) and when its results last changed.
+_STATE = tuple(c for c in Run.__table__.c if c.name not in ("heartbeat_at", "pid"))
 
 
 def run_state(session: Session, run_id: int) -> str | None:
     """What a stored page of run ``run_id`` depends on, as text; ``None`` while the run can
     still change: not finished, results written since its summary, or a shard missing."""
-    row = session.execute(select(*_STATE).where(Run.id == run_id)).one_or_none()
+    row = session.execute(select(*_STATE).where(Run.__table__.c.id == run_id)).one_or_none()
     if row is None or row.status != "finished" or row.summarised_at is None:
         return None
     shards = ""
@@ -46,7 +47,7 @@ def run_state(session: Session, run_id: int) -> str | None:
         if len(done) < row.shard_count:
             return None
         shards = ",".join(map(str, sorted(done)))
-    return repr((run_id, *row, shards))
+    return repr((*row, shards))
 
 
 def page_stamp(state: str, parts: Iterable[object]) -> str:
