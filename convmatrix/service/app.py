@@ -172,10 +172,13 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
         stored = StoredRun(session, request.path_params["run"], url)
         if as_json:
             return Response(stored.page("run.json", json_text), media_type="application/json")
-        path = request.url.path
-        extra = pages.run_context(session, stored.info)
+        path, info = request.url.path, stored.info
+        links = pages.run_links(session, info)  # what can change on a finished run's page
         name = f"served{' writable' if writable else ''} {path}"
-        html = stored.page(name, lambda view: render(view, path, extra), (csp, extra))
+        html = stored.page(
+            name, lambda view: render(view, path, pages.run_context(session, info, links)),
+            (csp, links),
+        )  # fmt: skip
         return HTMLResponse(html, headers=headers)
 
     def compare(request: Request) -> Response:

@@ -37,6 +37,7 @@ __all__ = [
     "case_page",
     "diff_page",
     "run_context",
+    "run_links",
     "runs_page",
     "served_context",
 ]
@@ -294,15 +295,36 @@ def failure_details(
     return found
 
 
-def run_context(session: Session, run: RunInfo) -> dict[str, Any]:
-    """What a served run page shows beyond its view-model (see the module's text), read
-    without the view-model: a stored page is served only while this stays the same."""
-    failing = session.scalars(
-        select(CaseRow.case_id)
-        .where(CaseRow.run_id == run.id, CaseRow.outcome.in_(BAD_OUTCOMES))
-        .order_by(CaseRow.id)
-    ).all()
-    return {"case_regressions": _case_regressions(session, run, list(failing)),
+def run_links(session: Session, run: RunInfo) -> dict[str, list[RegressionLink]]:
+    """The regressions a served run page links from its failing cases (``_case_regressions``
+    of them), read without the view-model, regressions first: usually few or none for the
+    run's kernel, matrix and device, so a stored page's check costs one small query, not a
+    read of the run's failing cases. A stored page is served only while this stays the same."""
+    regressions = session.execute(
+        select(RegressionRow.case_id).where(
+            RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
+            RegressionRow.device == run.device_kind,
+        ).distinct()
+    ).scalars().all()  # fmt: skip
+    failing = [
+        case_id
+        for batch in chunks(regressions)
+        for case_id in session.scalars(
+            select(CaseRow.case_id).where(
+                CaseRow.run_id == run.id, CaseRow.case_id.in_(batch),
+                CaseRow.outcome.in_(BAD_OUTCOMES),
+            )
+        )
+    ]  # fmt: skip
+    return _case_regressions(session, run, sorted(failing)) if failing else {}
+
+
+def run_context(
+    session: Session, run: RunInfo, links: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a served run page shows beyond its view-model (see the module's text); ``links``:
+    its ``run_links``, when read already."""
+    return {"case_regressions": run_links(session, run) if links is None else links,
             "dtypes": _dtypes(session, run.id)}  # fmt: skip
 
 
