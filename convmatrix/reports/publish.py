@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from convmatrix.reports.render import out_dir, render_html, write_pages
 from convmatrix.reports.stored import StoredRun
-from convmatrix.reports.viewmodel import RunHeader, json_text
+from convmatrix.reports.viewmodel import RunHeader, json_text, out_dir, write_pages
+
+if TYPE_CHECKING:
+    from convmatrix.reports.run_view import RunView
 
 __all__ = ["RunReport", "write_run_report"]
 
@@ -30,9 +33,15 @@ def write_run_report(session: Session, spec: str | int, url: str, out: Path) -> 
     """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into ``out``."""
     stored = StoredRun(session, spec, url)
     out_dir(Path(out))  # nothing can be written there: refused before a page is stored
-    html = stored.page("run.html", render_html)
+    html = stored.page("run.html", _html)
     data = stored.page("run.json", json_text)
     path, _ = write_pages(Path(out) / f"run-{stored.info.id}.html", html, data)
     view = json.loads(data)  # the header and the failures' names: a few ms for 10,000 cases
     failures = [(f["outcome"], f["name"]) for f in view["failures"]]
     return RunReport(run=RunHeader(**view["run"]), failures=failures, html=path)
+
+
+def _html(view: RunView) -> str:
+    from convmatrix.reports.render import render_html  # Jinja2: only when a page is built
+
+    return render_html(view)

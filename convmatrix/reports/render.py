@@ -22,13 +22,12 @@ from markupsafe import Markup, escape
 
 from convmatrix.core import __version__
 from convmatrix.core.bounds import DEFAULT_SAFETY
-from convmatrix.core.errors import UsageError
 from convmatrix.reports.charts import history_charts
 from convmatrix.reports.formatting import fmt_num, fmt_pct, fmt_secs, raw_value
 from convmatrix.reports.timing_charts import timing_charts
-from convmatrix.reports.viewmodel import json_text
+from convmatrix.reports.viewmodel import json_text, write_pages
 
-__all__ = ["content_policy", "out_dir", "render_html", "write_pages", "write_report"]
+__all__ = ["content_policy", "render_html", "write_report"]
 
 
 def num_cell(value: float | None, cls: str = "") -> Markup:
@@ -122,26 +121,3 @@ def render_html(view: Any, template: str | None = None, **context: Any) -> str:
 def write_report(view: Any, html_path: Path) -> tuple[Path, Path]:
     """Write ``html_path`` and the view-model as JSON beside it (same name, ``.json``)."""
     return write_pages(Path(html_path), render_html(view), json_text(view))
-
-
-def write_pages(html_path: Path, html: str, data: str) -> tuple[Path, Path]:
-    """Write a rendered page and its JSON text beside it (a stored run report, or a fresh
-    one from ``write_report``)."""
-    json_path = html_path.with_suffix(".json")
-    out_dir(html_path.parent)
-    try:
-        html_path.write_text(html, encoding="utf-8")
-        json_path.write_text(data)
-    except OSError as exc:  # --out names a place nothing can be written
-        raise UsageError(f"--out {html_path.parent}: cannot write there: {exc.strerror}") from exc
-    return html_path, json_path
-
-
-def out_dir(path: Path) -> Path:
-    """``path``, created if need be: a report's directory, checked before any work is done
-    (a bad ``--out`` changes nothing, not even the stored pages)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {path}: cannot write there: {exc.strerror}") from exc
-    return path

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -28,8 +29,10 @@ from convmatrix.core import __version__
 from convmatrix.db.engine import redact_url
 from convmatrix.db.pages import keep_page, page_stamp, read_page, run_state
 from convmatrix.db.queries import RunInfo
-from convmatrix.reports.run_view import RunView, build_run_view
 from convmatrix.reports.source import find_run, load_run
+
+if TYPE_CHECKING:
+    from convmatrix.reports.run_view import RunView
 
 __all__ = ["StoredRun"]
 
@@ -65,6 +68,8 @@ class StoredRun:
     def view(self) -> RunView:
         """The run's view-model, built from every stored result (the expensive part)."""
         if self._view is None:
+            from convmatrix.reports.run_view import build_run_view  # only when built
+
             loaded = load_run(self.session, str(self.info.id), self.url, info=self.info)
             self._view = build_run_view(loaded.header, loaded.results)
         return self._view
