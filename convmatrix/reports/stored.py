@@ -5,8 +5,8 @@ text when one was stored under the same stamp, else ``build(view)`` with the run
 built from its results (once per ``StoredRun``), stored for the next reader when the run has
 finished. ``parts`` are whatever the page shows beyond the view-model (the served pages' links
 to regressions, the request path): a change in them is a new stamp, so a rebuild. The code's
-version and the templates are part of every stamp: an upgraded convmatrix never serves pages
-an older one rendered.
+version and the reports' modules and templates are part of every stamp: an upgraded or edited
+convmatrix never serves pages an older one rendered.
 
 Within one process a page being built is built once: concurrent requests for it wait for the
 first and then read what it stored (a cold 10,000-case page costs seconds of CPU, eight of
@@ -42,11 +42,14 @@ _building: dict[tuple[int, str, str], threading.Lock] = {}
 
 @cache
 def code_version() -> str:
-    """The convmatrix version and a digest of the report templates: what renders a page."""
+    """A digest of the convmatrix version and of the code that builds and renders a page (the
+    ``convmatrix.reports`` modules and templates): a page kept by other code is rebuilt."""
     digest = hashlib.sha256(__version__.encode())
-    for item in sorted(resources.files("convmatrix.reports").joinpath("templates").iterdir(),
-                       key=lambda p: p.name):  # fmt: skip
-        digest.update(item.name.encode() + b"\x00" + item.read_bytes())
+    package = resources.files("convmatrix.reports")
+    for folder in (package, package.joinpath("templates")):
+        for item in sorted(folder.iterdir(), key=lambda p: p.name):
+            if item.is_file() and item.name.endswith((".py", ".html", ".css", ".js")):
+                digest.update(item.name.encode() + b"\x00" + item.read_bytes())
     return digest.hexdigest()
 
 
@@ -59,11 +62,6 @@ class StoredRun:
         self.info: RunInfo = find_run(session, str(spec), what=what)
         self.state = run_state(session, self.info.id)  # None: still changing, never stored
         self._view: RunView | None = None
-
-    @property
-    def finished(self) -> bool:
-        """Whether the run's pages are stored (it finished and no result came since)."""
-        return self.state is not None
 
     def view(self) -> RunView:
         """The run's view-model, built from every stored result (the expensive part)."""
@@ -89,11 +87,13 @@ class StoredRun:
         with _lock:
             building = _building.setdefault(key, threading.Lock())
         with building:  # one build per page at a time; the others wait, then read it
-            with Session(bind) as fresh:  # this session's snapshot may predate that store
-                text = read_page(fresh, *key)
-            if text is None:
-                text = build(self.view())
-                keep_page(bind, *key, text)
-            with _lock:
-                _building.pop(key, None)
+            try:
+                with Session(bind) as fresh:  # this session's snapshot may predate that store
+                    text = read_page(fresh, *key)
+                if text is None:
+                    text = build(self.view())
+                    keep_page(bind, *key, text)
+            finally:
+                with _lock:
+                    _building.pop(key, None)
         return text
