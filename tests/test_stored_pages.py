@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.request
 import warnings
 from collections.abc import Iterator
@@ -223,7 +224,8 @@ def test_eight_clients_at_once_get_the_same_page_and_the_server_answers_in_paral
         slow = [threading.Thread(target=fetch, args=(f"big{i}", f"/runs/{big}")) for i in range(8)]
         for thread in slow:
             thread.start()
-        fetch("small", f"/api/runs/{small}")  # asked after the eight cold pages began
+        time.sleep(0.5)  # the eight are in flight: building 3000 cases takes seconds
+        fetch("small", f"/api/runs/{small}")
         for thread in slow:
             thread.join()
         bodies = {answers[f"big{i}"] for i in range(8)}
