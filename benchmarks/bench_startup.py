@@ -6,9 +6,14 @@ Each command runs as a fresh process (``python -m convmatrix ...``), as a person
 in alternating rounds beside two yardsticks measured the same way: the bare interpreter
 (``python -c pass``, the floor) and ``python -c 'import torch'`` (what every command paid
 before the CLI imported only the chosen command). ``history`` reads an empty database with
-the current schema (``db upgrade`` runs once, before timing). Medians over the rounds;
-target: ``--help`` and ``history --dtype bfloat16`` under 0.5 s on a 2-core machine, and
-well under the torch import.
+the current schema (``db upgrade`` runs once, before timing); ``report``, ``regressions``
+and ``diff`` read a small database of two runs (the report stored by one run before timing).
+Medians over the rounds; target: ``--help`` and the commands that only read under 0.5 s on a
+2-core machine, and well under the torch import.
+
+Two more yardsticks say what the database layer's imports cost: ``import sqlalchemy`` (Core)
+and ``import sqlalchemy.orm`` (what the ORM adds on top): whether reading commands would gain
+from a Core-only path (issue 26).
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from reports_support import synthetic_results, write_run  # tests' helpers
+
+from convmatrix.db import open_database
+
 TARGET_S = 0.5
+READING = (
+    "convmatrix history --dtype bfloat16", "convmatrix report 2", "convmatrix regressions",
+    "convmatrix diff 1 2",
+)  # fmt: skip
 
 
 def _time(argv: list[str]) -> float:
@@ -42,6 +56,14 @@ def main() -> None:
         subprocess.run(
             [sys.executable, "-m", "convmatrix", "db", "upgrade", "--db", db], check=True
         )
+        runs = f"sqlite:///{Path(tmp) / 'runs.db'}"
+        engine = open_database(runs)
+        for commit in ("1" * 40, "2" * 40):
+            write_run(engine, synthetic_results(200), commit=commit)
+        engine.dispose()
+        out = str(Path(tmp) / "out")
+        report = ["-m", "convmatrix", "report", "2", "--db", runs, "--out", out]
+        subprocess.run([sys.executable, *report], capture_output=True)  # stores the report
         commands = {
             "python -c pass": ["-c", "pass"],
             "python -c 'import torch'": ["-c", "import torch"],
@@ -50,6 +72,13 @@ def main() -> None:
                 "-m", "convmatrix", "history", "--dtype", "bfloat16", "--db", db,
             ],
             "convmatrix expand smoke": ["-m", "convmatrix", "expand", "smoke"],
+            "python -c 'import sqlalchemy'": ["-c", "import sqlalchemy"],
+            "python -c 'import sqlalchemy.orm'": ["-c", "import sqlalchemy.orm"],
+            "convmatrix report 2": report,
+            "convmatrix regressions": [
+                "-m", "convmatrix", "regressions", "--db", runs,
+            ],
+            "convmatrix diff 1 2": ["-m", "convmatrix", "diff", "1", "2", "--db", runs],
         }  # fmt: skip
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.rounds):
@@ -61,7 +90,10 @@ def main() -> None:
     for name, values in samples.items():
         median = statistics.median(values)
         print(f"{name:<40} {median:8.3f} {min(values):8.3f} {median / torch_import:16.2f}")
-    for name in ("convmatrix --help", "convmatrix history --dtype bfloat16"):
+    core = statistics.median(samples["python -c 'import sqlalchemy'"])
+    orm = statistics.median(samples["python -c 'import sqlalchemy.orm'"])
+    print(f"the ORM's import on top of Core: {orm - core:.3f} s")
+    for name in ("convmatrix --help", *READING):
         median = statistics.median(samples[name])
         verdict = "ok" if median < TARGET_S else "OVER TARGET"
         print(f"{name}: {median:.3f} s ({median - floor:.3f} s above the bare interpreter), "

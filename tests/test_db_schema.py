@@ -24,6 +24,7 @@ TABLES |= {"run_summaries", "run_counts"}  # 0002: history summaries per run
 TABLES |= {"run_shards"}  # 0005: the shards of a run written by several CI jobs
 TABLES |= {"regressions", "regression_events"}  # 0006: the regression lifecycle
 TABLES |= {"alerts"}  # 0008: the regressions one run found, grouped
+TABLES |= {"run_pages"}  # 0011: stored pages of finished runs
 
 
 def test_first_use_creates_the_schema_the_models_describe(db_url):

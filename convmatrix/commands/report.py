@@ -21,18 +21,18 @@ __all__ = ["add_arguments", "report_command"]
 
 def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
     with Database(db, existing=True) as database, database.reading() as session:
-        view, html = write_run_report(session, spec, database.url, out_dir)
-    run = view.run
+        report = write_run_report(session, spec, database.url, out_dir)
+    run = report.run
     counts = ", ".join(f"{n} {o}" for o, n in run.counts.items() if n)
     status = "" if run.status == "finished" else f" [{run.status}]"
     print(f"{run.verdict} {run.title}{status}: {counts or 'no results'}")
     for line in shard_lines(run):
         print(f"  {terminal_safe(line)}")
-    for failure in view.failures[:10]:
-        print(f"  {failure.outcome:<8} {terminal_safe(failure.name)}")
-    if len(view.failures) > 10:
-        print(f"  ... and {len(view.failures) - 10} more")
-    print(f"report: {html}")
+    for outcome, name in report.failures[:10]:
+        print(f"  {outcome:<8} {terminal_safe(name)}")
+    if len(report.failures) > 10:
+        print(f"  ... and {len(report.failures) - 10} more")
+    print(f"report: {report.html}")
     return 0 if run.verdict == "PASSED" else 1
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any, Literal
 
 from convmatrix.core.dtypes import short_name
@@ -148,8 +149,9 @@ class Case:
         return frozenset(need)
 
     def to_json(self) -> dict[str, Any]:
-        """Every field, as written by ``convmatrix expand --format jsonl``."""
-        data = asdict(self)
+        """Every field, as written by ``convmatrix expand --format jsonl``. Field by field,
+        not ``dataclasses.asdict`` (its deep copy is most of the cost of storing a result)."""
+        data = {name: getattr(self, name) for name in _field_names()}
         if data["seq_lens"] is not None:
             data["seq_lens"] = list(data["seq_lens"])
         data["checks"] = list(data["checks"])
@@ -163,3 +165,8 @@ class Case:
             kwargs["seq_lens"] = tuple(kwargs["seq_lens"])
         kwargs["checks"] = tuple(kwargs.get("checks", ()))
         return cls(**kwargs)
+
+
+@cache
+def _field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Case))

@@ -27,6 +27,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -53,6 +54,7 @@ __all__ = [
     "Run",
     "RunAggregateRow",
     "RunCountRow",
+    "RunPageRow",
     "RunShardRow",
     "TimingRow",
     "utcnow",
@@ -335,6 +337,21 @@ class RunShardRow(Base):
     status: Mapped[str32]
     started_at: Mapped[utc_time]
     finished_at: Mapped[utc_time | None]
+
+
+class RunPageRow(Base):
+    """A page of a finished run, stored once and served from here (``db.pages``): a finished
+    run never changes, and rebuilding a 10,000-case page costs seconds. ``stamp`` names what
+    the page was built from (the run's state, the code, what else it shows); a page whose
+    stamp no longer matches is rebuilt. Deleted with its run."""
+
+    __tablename__ = "run_pages"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(300), primary_key=True)  # run.html, served ...
+    stamp: Mapped[str] = mapped_column(String(64))
+    body: Mapped[bytes] = mapped_column(LargeBinary)  # zlib-compressed UTF-8
+    stored_at: Mapped[utc_time] = mapped_column(default=utcnow)
 
 
 run_ref = Annotated[int | None, mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))]

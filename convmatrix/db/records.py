@@ -1,7 +1,14 @@
 """Between ``CaseResult`` records and table rows, both ways, in one place.
 
-The writer turns results into plain dicts for bulk inserts; the loader turns rows back into
-results. A metric or timing row has a column of the same name for every field of its record
+The writer turns results into plain tuples in each table's ``Layout`` order and inserts them
+with the driver's ``executemany`` (``Layout.insert``): a 10,000-case run is tens of thousands of
+rows, and building dicts field by field through ``dataclasses.asdict`` and per-value type
+checks cost more than the SQL (benchmarks/bench_db_ingest.py). Each field's conversion is
+chosen once, from the record's declared type (``_CONVERT``); JSON and timestamp columns go
+through the column type's own bind processor, so rows are stored exactly as a Core insert
+would store them. The loader turns rows back into results.
+
+A metric or timing row has a column of the same name for every field of its record
 (``OutputMetrics``, ``TimingResult``), so a new field needs a column and a migration, nothing
 here. Values are coerced at this boundary (numpy/torch scalars to ``int``/``float``) so JSON
 columns and drivers only ever see plain Python numbers. NaN is stored as NULL on every backend
@@ -11,10 +18,15 @@ columns and drivers only ever see plain Python numbers. NaN is stored as NULL on
 from __future__ import annotations
 
 import math
-from dataclasses import fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from functools import cache
+from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import JSON, Connection, DateTime, Row, Table
+from sqlalchemy.engine import Dialect
 
 from convmatrix.core.case import Case
 from convmatrix.core.records import (
@@ -25,11 +37,18 @@ from convmatrix.core.records import (
     TimingResult,
 )
 from convmatrix.core.verdict import judged_dtype
+from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, TimingRow
 
 __all__ = [
+    "CASES",
     "CASE_COLUMNS",
-    "case_values",
-    "child_values",
+    "METRICS",
+    "PROPERTIES",
+    "TIMINGS",
+    "Layout",
+    "case_row",
+    "child_rows",
+    "encoded",
     "result_from_rows",
 ]
 
@@ -43,82 +62,157 @@ _METRIC_FIELDS = tuple(f.name for f in fields(OutputMetrics))
 # Measured errors (never None in a record): NULL in the database reads back as NaN.
 _MEASURED = frozenset(f.name for f in fields(ErrorMetrics) if f.type == "float")
 _TIMING_FIELDS = tuple(f.name for f in fields(TimingResult))
+_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A table's columns in the order its row tuples hold them."""
+
+    table: Table
+    columns: tuple[str, ...]
+
+    def values(self, row: Sequence[Any]) -> dict[str, Any]:
+        """One row as a mapping of column to value (to check it: ``validate.check_row``)."""
+        return dict(zip(self.columns, row, strict=True))
+
+    def insert(self, connection: Connection, rows: list[tuple[Any, ...]]) -> None:
+        """``executemany`` of ``rows`` by the driver itself: no per-row parameter processing
+        but the JSON and timestamp columns' own bind processors."""
+        if not rows:
+            return
+        sql, encoders = self.prepared(connection.dialect)
+        if encoders:
+            rows = [encoded(row, encoders) for row in rows]
+        connection.exec_driver_sql(sql, rows)  # type: ignore[arg-type]
+
+    def prepared(self, dialect: Dialect) -> tuple[str, tuple[tuple[int, Any], ...]]:
+        """The INSERT for ``dialect``'s driver, and (index, bind processor) of each column
+        whose values the driver cannot take as they are (``encoded`` applies them)."""
+        return _statement(self, dialect)
+
+
+def encoded(row: tuple[Any, ...], encoders: tuple[tuple[int, Any], ...]) -> tuple[Any, ...]:
+    """``row`` with the columns ``Layout.prepared`` names encoded for the driver."""
+    values = list(row)
+    for index, encode in encoders:
+        values[index] = encode(values[index])
+    return tuple(values)
+
+
+@cache
+def _statement(layout: Layout, dialect: Dialect) -> tuple[str, tuple[tuple[int, Any], ...]]:
+    mark = _PLACEHOLDER.get(dialect.paramstyle)
+    if mark is None:
+        raise NotImplementedError(f"the {dialect.name} driver's {dialect.paramstyle} style")
+    quote = dialect.identifier_preparer.quote
+    names = ", ".join(quote(name) for name in layout.columns)
+    sql = (
+        f"INSERT INTO {quote(layout.table.name)} ({names}) "
+        f"VALUES ({', '.join([mark] * len(layout.columns))})"
+    )
+    encoders = []
+    for index, name in enumerate(layout.columns):
+        kind = layout.table.c[name].type
+        if isinstance(kind, (JSON, DateTime)):
+            process = kind.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                encoders.append((index, process))
+    return sql, tuple(encoders)
 
 
 def _num(value: Any) -> float | None:
+    """A measured number as its column keeps it: NaN as NULL."""
     if value is None:
         return None
     value = float(value)
-    return None if math.isnan(value) else value
+    return None if value != value else value  # NaN, without a call per value
 
 
 def _nan(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def case_values(result: CaseResult, run_id: int) -> dict[str, Any]:
-    """The ``cases`` row of one result."""
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _bool(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _ints(value: Any) -> list[int] | None:
+    return None if value is None else [int(i) for i in value]
+
+
+def _floats(value: Any) -> list[float]:
+    return [float(v) for v in value]
+
+
+def _converters(record: type, floats: Callable[[Any], Any]) -> tuple[Callable[[Any], Any], ...]:
+    """Per field of ``record``, in order, what makes its value one its column takes: chosen
+    once from the declared types, so a row is one call per value and no dispatch."""
+    by_type: dict[str, Callable[[Any], Any]] = {
+        "float": floats, "float | None": floats, "int": _int, "int | None": _int,
+        "bool": _bool, "str": _text, "str | None": _text,
+        "list[int] | None": _ints, "list[float]": _floats,
+    }  # fmt: skip
+    return tuple(by_type[f.type] for f in fields(record))
+
+
+# Errors NaN as NULL; timings as measured (NaN kept where the backend keeps it).
+_METRIC_CONVERT = _converters(OutputMetrics, _num)
+_TIMING_CONVERT = _converters(TimingResult, _float)
+_case_columns = attrgetter(*CASE_COLUMNS)
+_metric_fields = attrgetter(*_METRIC_FIELDS)
+_timing_fields = attrgetter(*_TIMING_FIELDS)
+
+CASES = Layout(CaseRow.__table__, (
+    "run_id", "case_id", *CASE_COLUMNS, "packed", "params", "outcome", "message", "duration_s",
+    "worker", "peak_mem_mb", "host", "device_index", "retries", "retry_reason", "phases",
+    "created_at",
+))  # fmt: skip
+METRICS = Layout(MetricRow.__table__, ("case_pk", "run_id", "x_dtype", *_METRIC_FIELDS))
+PROPERTIES = Layout(PropertyRow.__table__, ("case_pk", "run_id", "name", "passed", "detail"))
+TIMINGS = Layout(TimingRow.__table__, ("case_pk", "run_id", *_TIMING_FIELDS))
+
+
+def case_row(result: CaseResult, run_id: int, created_at: datetime) -> tuple[Any, ...]:
+    """The ``cases`` row of one result, in ``CASES`` order."""
     result.sanitised()  # idempotent: text from a kernel, safe for every driver
     case = result.case
-    row = {name: getattr(case, name) for name in CASE_COLUMNS}
-    row.update(
-        run_id=run_id,
-        case_id=case.id,
-        packed=case.seq_lens is not None,
-        params=case.to_json(),
-        outcome=result.outcome,
-        message=result.message,
-        duration_s=float(result.duration_s),
-        worker=result.worker,
-        peak_mem_mb=_num(result.peak_mem_mb),
-        host=result.host,
-        device_index=result.device_index,
-        retries=int(result.retries),
-        retry_reason=result.retry_reason,
-        phases=result.phases or None,
-    )
-    return row
+    return (
+        run_id, case.id, *_case_columns(case), case.seq_lens is not None, case.to_json(),
+        result.outcome, result.message, float(result.duration_s), result.worker,
+        _num(result.peak_mem_mb), result.host, result.device_index, int(result.retries),
+        result.retry_reason, result.phases or None, created_at,
+    )  # fmt: skip
 
 
-def _plain(value: Any) -> Any:
-    """numpy and torch scalars as Python numbers (drivers and JSON take only those)."""
-    return value.item() if hasattr(value, "item") else value
-
-
-def _column(value: Any) -> Any:
-    """A record field as its column takes it: numbers plain (NaN as NULL), lists of ints."""
-    value = _plain(value)
-    if value is None or isinstance(value, (bool, str, int)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [int(i) for i in value]
-    return _num(value)
-
-
-def _metric(m: OutputMetrics) -> dict[str, Any]:
-    return {n: _column(getattr(m, n)) for n in _METRIC_FIELDS}
-
-
-def _timing(t: TimingResult) -> dict[str, Any]:
-    row = {n: _plain(getattr(t, n)) for n in _TIMING_FIELDS}
-    row["samples"] = [float(s) for s in t.samples]
-    return row
-
-
-def child_values(
+def child_rows(
     result: CaseResult, case_pk: int, run_id: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ``metrics``, ``properties`` and ``timings`` rows of one stored result."""
-    keys = {"case_pk": case_pk, "run_id": run_id}
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The ``metrics``, ``properties`` and ``timings`` rows of one stored result, in the
+    order of ``METRICS``, ``PROPERTIES`` and ``TIMINGS``."""
     case = result.case
     metrics = [
-        {**_metric(m), **keys, "x_dtype": judged_dtype(m.output, case)} for m in result.outputs
+        (case_pk, run_id, judged_dtype(m.output, case),
+         *[f(v) for f, v in zip(_METRIC_CONVERT, _metric_fields(m), strict=True)])
+        for m in result.outputs
+    ]  # fmt: skip
+    props = [(case_pk, run_id, p.name, bool(p.passed), p.detail or "") for p in result.properties]
+    timings = [
+        (case_pk, run_id, *[f(v) for f, v in zip(_TIMING_CONVERT, _timing_fields(t), strict=True)])
+        for t in result.timings
     ]
-    props = [
-        {**keys, "name": p.name, "passed": bool(p.passed), "detail": p.detail or ""}
-        for p in result.properties
-    ]
-    timings = [{**_timing(t), **keys} for t in result.timings]
     return metrics, props, timings
 
 

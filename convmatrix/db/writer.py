@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, delete, exc, func, insert, select, update
+from sqlalchemy import Connection, Engine, delete, exc, func, select, update
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
@@ -53,7 +53,7 @@ from convmatrix.db.models import (
     TimingRow,
     utcnow,
 )
-from convmatrix.db.records import case_values, child_values
+from convmatrix.db.records import CASES, METRICS, PROPERTIES, TIMINGS, case_row, child_rows
 
 __all__ = [
     "DEFAULT_RETRY_S",
@@ -77,6 +77,7 @@ _BACKOFF_S = (0.5, 8.0)  # first pause between attempts, and the longest
 # not pass on a retry: it goes to the journal at once.
 _TRANSIENT = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError)
 T = TypeVar("T")
+_PAGE = 900  # case ids per IN (...): under SQLite's oldest limit of 999 parameters
 
 
 def retry_bound() -> float:
@@ -105,39 +106,63 @@ def run_values(meta: RunMeta) -> dict[str, Any]:
 def write_results(session: Session, run_id: int, batch: list[CaseResult]) -> None:
     """Store ``batch`` in run ``run_id`` inside ``session``'s transaction: what the run already
     holds for those cases is replaced, and the run's counts move by the difference."""
-    replaced = _drop_stored(session, run_id, [r.case.id for r in batch])
-    # Core inserts, one multi-row statement per table and page: the ORM's bulk path
-    # (and RETURNING in parameter order on SQLite) falls back to a statement per row.
-    inserted = session.execute(
-        insert(CaseRow.__table__).returning(CaseRow.id, CaseRow.case_id),
-        [case_values(r, run_id) for r in batch],
-    )
-    pks = {case_id: pk for pk, case_id in inserted}
-    children: tuple[list[dict[str, Any]], ...] = ([], [], [])
+    # Core on the session's connection, and plain tuples through the driver's executemany
+    # (``records.Layout``): dicts, the ORM's statement handling and SQLAlchemy's per-row
+    # parameter processing cost more than the SQL itself (benchmarks/bench_db_ingest.py).
+    connection = session.connection()
+    ids = [r.case.id for r in batch]
+    replaced = _drop_stored(connection, run_id, ids)
+    now = utcnow()
+    CASES.insert(connection, [case_row(r, run_id, now) for r in batch])
+    pks = _case_pks(connection, run_id, ids)
+    children: tuple[list[tuple[Any, ...]], ...] = ([], [], [])
     for result in batch:
-        new = child_values(result, pks[result.case.id], run_id)
+        new = child_rows(result, pks[result.case.id], run_id)
         for rows, more in zip(children, new, strict=True):
             rows.extend(more)
-    for model, rows in zip((MetricRow, PropertyRow, TimingRow), children, strict=True):
-        if rows:
-            session.execute(insert(model.__table__), rows)
+    for layout, rows in zip((METRICS, PROPERTIES, TIMINGS), children, strict=True):
+        layout.insert(connection, rows)
     delta: Counter[str] = Counter(r.outcome for r in batch)
     delta.subtract(replaced)
     # Increments, not values: shards of one run write their batches concurrently.
     # The summary no longer matches: history computes this run live until it stops.
-    values: dict[str, Any] = {f"n_{o}": getattr(Run, f"n_{o}") + n for o, n in delta.items() if n}
-    session.execute(update(Run).where(Run.id == run_id).values(**values, summarised_at=None))
+    runs = Run.__table__.c
+    values: dict[str, Any] = {f"n_{o}": runs[f"n_{o}"] + n for o, n in delta.items() if n}
+    connection.execute(
+        update(Run.__table__).where(runs.id == run_id).values(**values, summarised_at=None)
+    )
 
 
-def _drop_stored(session: Session, run_id: int, case_ids: list[str]) -> list[str]:
+_CASES = CaseRow.__table__.c
+
+
+def _case_pks(connection: Connection, run_id: int, case_ids: list[str]) -> dict[str, int]:
+    """case id -> the primary key its row got (the (run, case id) index; in pages that
+    every driver's parameter limit allows)."""
+    pks: dict[str, int] = {}
+    for start in range(0, len(case_ids), _PAGE):
+        page = case_ids[start : start + _PAGE]
+        rows = connection.execute(
+            select(_CASES.case_id, _CASES.id).where(
+                _CASES.run_id == run_id, _CASES.case_id.in_(page)
+            )
+        )
+        pks.update((case_id, pk) for case_id, pk in rows)
+    return pks
+
+
+def _drop_stored(connection: Connection, run_id: int, case_ids: list[str]) -> list[str]:
     """Delete what the run already holds for ``case_ids``; returns the old outcomes."""
-    where = (CaseRow.run_id == run_id, CaseRow.case_id.in_(case_ids))
-    old = session.execute(select(CaseRow.id, CaseRow.outcome).where(*where)).all()
+    where = (_CASES.run_id == run_id, _CASES.case_id.in_(case_ids))
+    old = connection.execute(select(_CASES.id, _CASES.outcome).where(*where)).all()
     if old:
         pks = [pk for pk, _ in old]
         for model in (MetricRow, PropertyRow, TimingRow):
-            session.execute(delete(model).where(model.run_id == run_id, model.case_pk.in_(pks)))
-        session.execute(delete(CaseRow).where(CaseRow.id.in_(pks)))
+            table = model.__table__
+            connection.execute(
+                delete(table).where(table.c.run_id == run_id, table.c.case_pk.in_(pks))
+            )
+        connection.execute(delete(CaseRow.__table__).where(_CASES.id.in_(pks)))
     return [outcome for _, outcome in old]
 
 

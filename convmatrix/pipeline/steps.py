@@ -123,9 +123,9 @@ def report(state: RunState) -> None:
         return
     assert state.end is not None
     with state.database.reading() as session:
-        _, state.end.report = write_run_report(
+        state.end.report = write_run_report(
             session, state.run_id, state.database.url, state.options.report
-        )
+        ).html
 
 
 def ci_outputs(state: RunState) -> None:

@@ -1,25 +1,47 @@
-"""Writing a stored run's report: the view-model built from the database, rendered to HTML with
-its JSON beside it (``convmatrix report``, and the run pipeline's ``report`` step)."""
+"""Writing a stored run's report: its HTML with the JSON beside it (``convmatrix report``, and
+the run pipeline's ``report`` step), built once the run has finished and read back after
+(``reports.stored``)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from convmatrix.reports.render import write_report
-from convmatrix.reports.run_view import RunView, build_run_view
-from convmatrix.reports.source import load_run
+from convmatrix.reports.stored import StoredRun
+from convmatrix.reports.viewmodel import RunHeader, json_text, out_dir, write_pages
 
-__all__ = ["write_run_report"]
+if TYPE_CHECKING:
+    from convmatrix.reports.run_view import RunView
+
+__all__ = ["RunReport", "write_run_report"]
 
 
-def write_run_report(
-    session: Session, spec: str | int, url: str, out_dir: Path
-) -> tuple[RunView, Path]:
-    """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into
-    ``out_dir``; the view-model and the HTML path."""
-    loaded = load_run(session, str(spec), url)
-    view = build_run_view(loaded.header, loaded.results)
-    html, _ = write_report(view, Path(out_dir) / f"run-{loaded.info.id}.html")
-    return view, html
+@dataclass
+class RunReport:
+    """What a report command prints of the report it wrote."""
+
+    run: RunHeader
+    failures: list[tuple[str, str]]  # (outcome, case name), worst first
+    html: Path
+
+
+def write_run_report(session: Session, spec: str | int, url: str, out: Path) -> RunReport:
+    """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into ``out``."""
+    stored = StoredRun(session, spec, url)
+    out_dir(Path(out))  # nothing can be written there: refused before a page is stored
+    html = stored.page("run.html", _html)
+    data = stored.page("run.json", json_text)
+    path, _ = write_pages(Path(out) / f"run-{stored.info.id}.html", html, data)
+    view = json.loads(data)  # the header and the failures' names: a few ms for 10,000 cases
+    failures = [(f["outcome"], f["name"]) for f in view["failures"]]
+    return RunReport(run=RunHeader(**view["run"]), failures=failures, html=path)
+
+
+def _html(view: RunView) -> str:
+    from convmatrix.reports.render import render_html  # Jinja2: only when a page is built
+
+    return render_html(view)

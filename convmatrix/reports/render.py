@@ -22,11 +22,10 @@ from markupsafe import Markup, escape
 
 from convmatrix.core import __version__
 from convmatrix.core.bounds import DEFAULT_SAFETY
-from convmatrix.core.errors import UsageError
 from convmatrix.reports.charts import history_charts
 from convmatrix.reports.formatting import fmt_num, fmt_pct, fmt_secs, raw_value
 from convmatrix.reports.timing_charts import timing_charts
-from convmatrix.reports.viewmodel import write_json
+from convmatrix.reports.viewmodel import json_text, write_pages
 
 __all__ = ["content_policy", "render_html", "write_report"]
 
@@ -121,11 +120,4 @@ def render_html(view: Any, template: str | None = None, **context: Any) -> str:
 
 def write_report(view: Any, html_path: Path) -> tuple[Path, Path]:
     """Write ``html_path`` and the view-model as JSON beside it (same name, ``.json``)."""
-    html_path = Path(html_path)
-    try:
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(render_html(view), encoding="utf-8")
-        json_path = write_json(view, html_path.with_suffix(".json"))
-    except OSError as exc:  # --out names a place nothing can be written
-        raise UsageError(f"--out {html_path.parent}: cannot write there: {exc.strerror}") from exc
-    return html_path, json_path
+    return write_pages(Path(html_path), render_html(view), json_text(view))

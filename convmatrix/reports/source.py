@@ -28,6 +28,7 @@ from convmatrix.reports.viewmodel import RunHeader, run_header
 __all__ = [
     "LoadedRun",
     "earlier_runs",
+    "find_run",
     "load_run",
     "previous_run",
     "run_case_counts",
@@ -41,12 +42,19 @@ class LoadedRun:
     results: list[CaseResult]
 
 
-def load_run(session: Session, spec: str, url: str, *, what: str = "RUN") -> LoadedRun:
-    """The run ``spec`` names (id, ``latest``, label or commit) with every stored result."""
+def find_run(session: Session, spec: str, *, what: str = "RUN") -> RunInfo:
+    """The run ``spec`` names (id, ``latest``, label or commit); errors start with ``what``."""
     try:
-        info = resolve_run(session, spec)
+        return resolve_run(session, spec)
     except UsageError as err:
         raise type(err)(f"{what}: {err}") from None  # malformed (InputError) stays malformed
+
+
+def load_run(
+    session: Session, spec: str, url: str, *, what: str = "RUN", info: RunInfo | None = None
+) -> LoadedRun:
+    """The run ``spec`` names (or ``info``, found before) with every stored result."""
+    info = info or find_run(session, spec, what=what)
     results = load_results(session, info.id)
     missing = missing_shards(session, info.id, info.shard_count)
     header = run_header(info, url, results, missing)

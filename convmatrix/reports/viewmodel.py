@@ -16,14 +16,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from convmatrix.core.errors import UsageError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
 from convmatrix.db.engine import redact_url
 
 __all__ = [
     "RunHeader",
+    "json_text",
+    "out_dir",
     "run_header",
     "to_jsonable",
-    "write_json",
+    "write_pages",
 ]
 
 
@@ -163,8 +166,29 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(view: Any, path: Path) -> Path:
-    """Write the view-model as strict JSON (``allow_nan=False``) to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_jsonable(view), indent=1, allow_nan=False) + "\n")
+def json_text(view: Any) -> str:
+    """The view-model as strict JSON (``allow_nan=False``): the file beside a report."""
+    return json.dumps(to_jsonable(view), indent=1, allow_nan=False) + "\n"
+
+
+def write_pages(html_path: Path, html: str, data: str) -> tuple[Path, Path]:
+    """Write a rendered page and its JSON text beside it (a stored run report, or a fresh
+    one from ``write_report``)."""
+    json_path = html_path.with_suffix(".json")
+    out_dir(html_path.parent)
+    try:
+        html_path.write_text(html, encoding="utf-8")
+        json_path.write_text(data)
+    except OSError as exc:  # --out names a place nothing can be written
+        raise UsageError(f"--out {html_path.parent}: cannot write there: {exc.strerror}") from exc
+    return html_path, json_path
+
+
+def out_dir(path: Path) -> Path:
+    """``path``, created if need be: a report's directory, checked before any work is done
+    (a bad ``--out`` changes nothing, not even the stored pages)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot write there: {exc.strerror}") from exc
     return path

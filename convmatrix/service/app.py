@@ -50,7 +50,8 @@ from convmatrix.db.database import Database
 from convmatrix.db.engine import connection_error
 from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
-from convmatrix.reports.viewmodel import to_jsonable
+from convmatrix.reports.stored import StoredRun
+from convmatrix.reports.viewmodel import json_text, to_jsonable
 from convmatrix.service import alert_pages, pages
 from convmatrix.service.access import write_refusal
 from convmatrix.service.inputs import check_params
@@ -66,7 +67,8 @@ from convmatrix.service.triage_api import (
 
 __all__ = ["create_app"]
 
-Builder = Callable[[Session, str, Request], Any]
+Builder = Callable[[Session, str, Request], Any]  # a page's view-model
+Page = Callable[[Session, Request, bool], Response]  # a page (True: its JSON)
 
 
 def _query(request: Request, name: str) -> str | None:
@@ -75,7 +77,6 @@ def _query(request: Request, name: str) -> str | None:
 
 PAGES: dict[str, Builder] = {
     "/": lambda s, u, r: pages.runs_page(s, u, {k: v for k, v in r.query_params.items() if v}),
-    "/runs/{run}": lambda s, u, r: pages.run_page(s, u, r.path_params["run"]),
     "/diff/{base}/{head}": lambda s, u, r: pages.diff_page(
         s, u, r.path_params["base"], r.path_params["head"]
     ),
@@ -135,25 +136,50 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
     }
     writable = token is not None
 
-    def endpoint(builder: Builder, as_json: bool) -> Callable[[Request], Response]:
+    def endpoint(page: Page, as_json: bool) -> Callable[[Request], Response]:
         def handle(request: Request) -> Response:  # sync: Starlette runs it in a thread
             try:
                 check_params([*request.path_params.items(), *request.query_params.multi_items()])
                 with Session(engine) as session:
-                    view = builder(session, url, request)
-                    extra = {} if as_json else pages.served_context(session, view)
+                    return page(session, request, as_json)
             except UsageError as err:  # malformed: 400; a name matching nothing: 404
                 return _refused(400 if isinstance(err, InputError) else 404, str(err))
+
+        return handle
+
+    def render(view: Any, path: str, extra: dict[str, Any]) -> str:
+        return render_html(
+            view, served=True, request_path=path, csp=csp, writable=writable,
+            transitions=TRANSITIONS, **extra,
+        )  # fmt: skip
+
+    def built(builder: Builder) -> Page:
+        """A page built from the database on every request."""
+
+        def page(session: Session, request: Request, as_json: bool) -> Response:
+            view = builder(session, url, request)
             if as_json:
                 return JSONResponse(to_jsonable(view))
             path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            html = render_html(
-                view, served=True, request_path=path, csp=csp, writable=writable,
-                transitions=TRANSITIONS, **extra,
-            )  # fmt: skip
+            html = render(view, path, pages.served_context(session, view))
             return HTMLResponse(html, headers=headers)
 
-        return handle
+        return page
+
+    def run_page(session: Session, request: Request, as_json: bool) -> Response:
+        """A run's page, stored once it has finished (``reports.stored``): its JSON, and its
+        HTML per address (the address is in its JSON link; a query changes nothing on it)."""
+        stored = StoredRun(session, request.path_params["run"], url)
+        if as_json:
+            return Response(stored.page("run.json", json_text), media_type="application/json")
+        path, info = request.url.path, stored.info
+        links = pages.run_links(session, info)  # what can change on a finished run's page
+        name = f"served{' writable' if writable else ''} {path}"
+        html = stored.page(
+            name, lambda view: render(view, path, pages.run_context(session, info, links)),
+            (csp, links),
+        )  # fmt: skip
+        return HTMLResponse(html, headers=headers)
 
     def compare(request: Request) -> Response:
         """The runs index's picker: ``/diff?base=A&head=B`` is ``/diff/A/B``."""
@@ -195,9 +221,11 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
             return action(session, target, change)
 
     routes = [Route("/diff", compare, methods=["GET"])]
-    for path, builder in PAGES.items():
-        routes.append(Route(path, endpoint(builder, False), methods=["GET"]))
-        routes.append(Route("/api" + path, endpoint(builder, True), methods=["GET"]))
+    served: dict[str, Page] = {path: built(builder) for path, builder in PAGES.items()}
+    served["/runs/{run}"] = run_page
+    for path, page in served.items():
+        routes.append(Route(path, endpoint(page, False), methods=["GET"]))
+        routes.append(Route("/api" + path, endpoint(page, True), methods=["GET"]))
     for path, action in WRITES.items():
         routes.append(Route(path, write(action), methods=["POST"]))
 

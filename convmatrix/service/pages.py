@@ -17,16 +17,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
+from convmatrix.core.case import Case
 from convmatrix.core.errors import InputError, UsageError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, RUN_KINDS
 from convmatrix.db.engine import redact_url
 from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, RegressionRow, Run
-from convmatrix.db.queries import load_results, resolve_run
+from convmatrix.db.queries import RunInfo, resolve_run
 from convmatrix.reports.diff import DiffView, build_diff
 from convmatrix.reports.history_view import parse_since
-from convmatrix.reports.run_view import RunView, build_run_view, rerun_command
+from convmatrix.reports.run_view import rerun_command
 from convmatrix.reports.source import load_run
-from convmatrix.reports.viewmodel import run_header
+from convmatrix.reports.viewmodel import RunHeader, run_header
 from convmatrix.service.alert_pages import chunks
 from convmatrix.service.regressions import Regression, list_regressions
 
@@ -35,7 +36,8 @@ __all__ = [
     "RunsView",
     "case_page",
     "diff_page",
-    "run_page",
+    "run_context",
+    "run_links",
     "runs_page",
     "served_context",
 ]
@@ -147,11 +149,6 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
                     filters={k: v for k, v in filters.items() if v})  # fmt: skip
 
 
-def run_page(session: Session, url: str, spec: str) -> RunView:
-    loaded = load_run(session, spec, url)
-    return build_run_view(loaded.header, loaded.results)
-
-
 def diff_page(session: Session, url: str, base: str, head: str) -> DiffView:
     old = load_run(session, base, url, what="BASE")
     new = load_run(session, head, url, what="HEAD")
@@ -205,10 +202,13 @@ def case_page(
             broken_zeros={m.output: m.broken_zeros for m in ms},
         ))  # fmt: skip
     newest = resolve_run(session, runs[-1].run_id)
-    result = next(r for r in load_results(session, newest.id) if r.case.id == full_id)
-    params = {k: v for k, v in result.case.to_json().items() if v is not None}
+    stored = session.scalar(  # the one case's parameters, by its key (run, case id)
+        select(CaseRow.params).where(CaseRow.run_id == newest.id, CaseRow.case_id == full_id)
+    )
+    case = Case.from_json(stored)
+    params = {k: v for k, v in case.to_json().items() if v is not None}
     return CaseHistoryView(
-        kind="case", database=redact_url(url), case_id=full_id, name=result.case.pytest_id,
+        kind="case", database=redact_url(url), case_id=full_id, name=case.pytest_id,
         kernel=kernel, params=params, outputs=outputs, runs=runs,
         rerun=rerun_command(run_header(newest, url), [full_id]),
         regressions=list_regressions(session, case_id=full_id, kernel=kernel),
@@ -226,9 +226,10 @@ class RegressionLink:
 
 
 def _case_regressions(
-    session: Session, run: Any, case_ids: list[str]
+    session: Session, run: RunHeader | RunInfo, case_ids: list[str]
 ) -> dict[str, list[RegressionLink]]:
     """The regressions of ``run``'s kernel, matrix and device for these cases, newest first."""
+    device = run.device_kind if isinstance(run, RunInfo) else run.device.split(" ", 1)[0]
     found: dict[str, list[RegressionLink]] = {}
     rows = [
         row
@@ -237,7 +238,7 @@ def _case_regressions(
             select(RegressionRow.id, RegressionRow.alert_id, RegressionRow.kind,
                    RegressionRow.state, RegressionRow.case_id)
             .where(RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
-                   RegressionRow.device == run.device.split(" ", 1)[0],
+                   RegressionRow.device == device,
                    RegressionRow.case_id.in_(batch))
         )
     ]  # fmt: skip
@@ -294,12 +295,42 @@ def failure_details(
     return found
 
 
+def run_links(session: Session, run: RunInfo) -> dict[str, list[RegressionLink]]:
+    """The regressions a served run page links from its failing cases (``_case_regressions``
+    of them), read without the view-model, regressions first: usually few or none for the
+    run's kernel, matrix and device, so a stored page's check costs one small query, not a
+    read of the run's failing cases. A stored page is served only while this stays the same."""
+    regressions = session.execute(
+        select(RegressionRow.case_id).where(
+            RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
+            RegressionRow.device == run.device_kind,
+        ).distinct()
+    ).scalars().all()  # fmt: skip
+    failing = [
+        case_id
+        for batch in chunks(regressions)
+        for case_id in session.scalars(
+            select(CaseRow.case_id).where(
+                CaseRow.run_id == run.id, CaseRow.case_id.in_(batch),
+                CaseRow.outcome.in_(BAD_OUTCOMES),
+            )
+        )
+    ]  # fmt: skip
+    return _case_regressions(session, run, sorted(failing)) if failing else {}
+
+
+def run_context(
+    session: Session, run: RunInfo, links: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a served run page shows beyond its view-model (see the module's text); ``links``:
+    its ``run_links``, when read already."""
+    return {"case_regressions": run_links(session, run) if links is None else links,
+            "dtypes": _dtypes(session, run.id)}  # fmt: skip
+
+
 def served_context(session: Session, view: Any) -> dict[str, Any]:
-    """What a served run or diff page shows beyond its view-model (see the module's text)."""
-    if view.kind == "run":
-        ids = [f.case_id for f in view.failures]
-        return {"case_regressions": _case_regressions(session, view.run, ids),
-                "dtypes": _dtypes(session, view.run.id)}  # fmt: skip
+    """What a served diff page shows beyond its view-model (see the module's text); a run
+    page's is ``run_context``."""
     if view.kind == "diff":
         new = [c.case_id for c in view.new_failures]
         ids = new + [c.case_id for c in view.still_failing + view.fixed]

@@ -35,16 +35,13 @@ from convmatrix.db.models import (
     REGRESSION_STATES,
     RUN_STATUSES,
     AlertRow,
-    CaseRow,
-    MetricRow,
-    PropertyRow,
     RegressionEventRow,
     RegressionRow,
     Run,
-    TimingRow,
+    utcnow,
 )
 from convmatrix.db.queries import RunInfo, load_results
-from convmatrix.db.records import case_values, child_values
+from convmatrix.db.records import CASES, METRICS, PROPERTIES, TIMINGS, case_row, child_rows
 from convmatrix.db.validate import check_moment, check_row
 from convmatrix.db.writer import count_values, run_counts, run_values, write_results
 
@@ -203,15 +200,15 @@ def _result(data: dict[str, Any], where: str) -> CaseResult:
     _check_types(data.get("result"), where)
     try:
         result = CaseResult.from_json(data["result"])
-        case_row = case_values(result, 0)
-        children = child_values(result, 0, 0)
+        case = CASES.values(case_row(result, 0, utcnow()))
+        children = child_rows(result, 0, 0)
     except _BAD_RECORD as err:
         raise UsageError(f"{where}: bad result ({type(err).__name__}: {err})"[:300]) from None
     _choice(result.outcome, OUTCOMES, "outcome", where)
-    check_row(CaseRow.__table__, case_row, where)
-    for model, rows in zip((MetricRow, PropertyRow, TimingRow), children, strict=True):
+    check_row(CASES.table, case, where)
+    for layout, rows in zip((METRICS, PROPERTIES, TIMINGS), children, strict=True):
         for row in rows:
-            check_row(model.__table__, row, where)
+            check_row(layout.table, layout.values(row), where)
     return result
 
 
