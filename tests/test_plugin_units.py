@@ -109,3 +109,17 @@ def test_watchdog_delivers_once_then_ends_the_process(limit, sleep, status, out)
         [sys.executable, "-c", WATCHDOG, limit, sleep], capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stdout) == (status, out)
+
+
+def test_every_case_of_a_process_is_watched_by_one_thread():
+    """A thread a case (``threading.Timer``) waited for the scheduler on every case."""
+    import threading
+
+    from convmatrix.runners.watchdog import Watchdog
+
+    fired = []
+    for _ in range(5):
+        with Watchdog(30.0, lambda: fired.append(1)):
+            pass
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("convmatrix-watchdog") == 1 and not fired, names
