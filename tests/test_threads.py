@@ -98,3 +98,27 @@ def test_a_run_records_its_policy_and_its_processes_have_it(tmp_path, sqlite_url
     assert recorded["threads"] == threads and recorded["workers"] == int(workers)
     seen = Counter(tuple(line.split()) for line in spy.read_text().splitlines())
     assert {(t, w) for _, t, w in seen} == {(str(threads), wait or "-")}, seen
+
+
+def test_an_in_process_run_gives_its_cases_the_policy_and_the_caller_its_threads_back(
+    tmp_path, monkeypatch
+):
+    import torch
+    from runner_helpers import KERNELS
+
+    import convmatrix
+
+    spy = tmp_path / "threads.txt"
+    monkeypatch.syspath_prepend(str(KERNELS))
+    monkeypatch.setenv("THREAD_SPY_FILE", str(spy))
+    for name in OMP:  # set first, so that what the run exports is undone after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    before = torch.get_num_threads()
+    wanted = 2 if before != 2 else 3  # a count the caller does not have
+    account = convmatrix.run(
+        str(TINY), "thread_kernels:ThreadSpy", workers=0, no_db=True, threads=str(wanted)
+    )
+    assert account.counts.get("passed") == account.planned, account
+    assert {line.split()[1] for line in spy.read_text().splitlines()} == {str(wanted)}
+    assert torch.get_num_threads() == before

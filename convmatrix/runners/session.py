@@ -11,9 +11,11 @@ turns reports into recorded results and, at the end, announces the ``RunAccount`
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
+import torch
 
 from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores
@@ -56,7 +58,8 @@ def start_controller(config: pytest.Config, setup: Setup | None, xdist: bool) ->
     policy = setup.prepared.threads
     if xdist or setup.prepared.device.type != "cpu":
         export(policy)  # the workers xdist starts next inherit the wait
-    else:  # -n 0 on the CPU: this process runs the cases
+    else:  # -n 0 on the CPU: this process runs the cases; a caller's own count comes back
+        config.add_cleanup(partial(torch.set_num_threads, torch.get_num_threads()))
         use(policy, 0, cpu_cores())
     controller = setup.controller()
     config.pluginmanager.register(ControllerPlugin(config, setup.prepared, controller), _NAME)
