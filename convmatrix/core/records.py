@@ -182,7 +182,7 @@ _RENAMED = {"bound_s": "floor_s"}
 
 def _record(cls: type, data: dict[str, Any]) -> Any:
     """A record from its JSON form; keys the record does not know are ignored."""
-    known = {f.name for f in fields(cls)}
+    known = _names(cls)
     data = {_RENAMED.get(k, k): v for k, v in data.items()}
     return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import math
 import os
 import subprocess
 import sys
@@ -154,16 +155,19 @@ class _Alarm:
         self._cond = threading.Condition()
         self._armed: dict[int, tuple[float, Callable[[], None]]] = {}
         self._owner = 0  # the pid whose thread runs (a forked child starts its own)
+        self._until = math.inf  # when the thread wakes next: a later deadline needs no wake-up
 
     def arm(self, key: int, timeout_s: float, fire: Callable[[], None]) -> None:
         with self._cond:
-            self._armed[key] = (time.monotonic() + timeout_s, fire)
+            deadline = time.monotonic() + timeout_s
+            self._armed[key] = (deadline, fire)
             if self._owner != os.getpid():
-                self._owner = os.getpid()
+                self._owner, self._until = os.getpid(), math.inf
                 thread = threading.Thread(target=self._loop, name="convmatrix-watchdog")
                 thread.daemon = True
                 thread.start()
-            self._cond.notify()
+            if deadline < self._until:
+                self._cond.notify()
 
     def disarm(self, key: int) -> None:
         with self._cond:
@@ -176,8 +180,8 @@ class _Alarm:
                 due = [k for k, (deadline, _) in self._armed.items() if deadline <= now]
                 fire = [self._armed.pop(k)[1] for k in due]
                 if not fire:
-                    deadlines = [deadline for deadline, _ in self._armed.values()]
-                    self._cond.wait(min(deadlines) - now if deadlines else None)
+                    self._until = min((d for d, _ in self._armed.values()), default=math.inf)
+                    self._cond.wait(None if self._until == math.inf else self._until - now)
                     continue
             for call in fire:
                 call()
