@@ -14,6 +14,7 @@ Linux reads ``/proc``; elsewhere both do nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -158,8 +159,20 @@ def kill_new_descendants(before: set[int], token: str | None = None) -> list[int
     return _end(new)
 
 
+@functools.cache
+def _same_namespace(pid: int) -> bool:
+    """Whether ``/proc`` numbers processes as this process's pid namespace does (the counter
+    counts there; a ``/proc`` of another namespace would not show its pids)."""
+    try:
+        return os.readlink("/proc/self") == str(pid)
+    except OSError:
+        return False
+
+
 def _last_pid() -> int | None:
     """The pid the kernel gave last (in this pid namespace), or None where it cannot say."""
+    if not _same_namespace(os.getpid()):
+        return None
     data = _read(_LAST_PID, 64)
     try:
         return int(data) if data else None
