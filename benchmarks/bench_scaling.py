@@ -4,12 +4,13 @@
                                        [--kernel torch] [--rounds 3] [--workers 1 2]
 
 Each measurement is the whole ``convmatrix run`` command (start-up included, ``--no-db``), as
-a user would time it. Under ``-n N`` each CPU worker gets cores // N torch threads, so ``-n 1``
-already spreads large tensor operations over every core, while many small operations (the
-shapes of a real test matrix: ``nightly``) run one core at a time and only ``-n 2`` overlaps
-them. Both kinds are measured: the built-in ``nightly`` matrix and ``scaling.matrix.yaml``
-(48 mid-size cases). Rounds alternate the worker counts so the machine's other load falls on
-all; the best of each is kept and the speed-up over the first count is printed per matrix.
+a user would time it. Each CPU worker gets one torch thread (the thread policy,
+``runners.threads``; the figures in docs/benchmarks.md before it gave ``-n N`` cores // N
+threads, so ``-n 1`` spread large tensor operations over every core), so the parallelism
+comes from workers: ``-n 2`` overlaps two cases. Both kinds are measured: the built-in
+``nightly`` matrix and ``scaling.matrix.yaml`` (48 mid-size cases). Rounds alternate the
+worker counts so the machine's other load falls on all; the best of each is kept and the
+speed-up over the first count is printed per matrix.
 """
 
 from __future__ import annotations

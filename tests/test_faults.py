@@ -206,6 +206,57 @@ def test_child_processes_of_a_case_end_with_it(tmp_path):
         older.wait()
 
 
+# A daemon: double fork and setsid, out of the process tree (re-parented to init).
+_DAEMON = """
+import os, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+"""
+
+
+def test_a_case_ends_the_daemon_it_started_and_takes_no_thread_for_a_process(tmp_path):
+    """The processes a case started are told by the pids given since it began: the threads
+    among them are not processes, a daemon out of the tree is found by the case's token."""
+    import threading
+
+    from convmatrix.runners.processes import CaseProcesses
+
+    with CaseProcesses() as case:
+        thread = threading.Thread(target=time.sleep, args=(0.01,))
+        thread.start()
+        thread.join()
+    assert case.ended == []
+    pid_file = tmp_path / "daemon.pid"
+    with CaseProcesses() as case:
+        subprocess.run([sys.executable, "-c", _DAEMON, str(pid_file)], check=True, timeout=60)
+        assert _wait_for(pid_file.exists, limit_s=60)
+    daemon = int(pid_file.read_text())
+    assert case.ended == [daemon]
+    assert _wait_for(lambda: not _alive(daemon), limit_s=10)
+
+
+def test_without_the_pid_counter_a_case_scans_every_process_before_and_after(monkeypatch):
+    from convmatrix.runners import processes
+
+    monkeypatch.setattr(processes, "_LAST_PID", "/proc/no-such-counter")
+    older = subprocess.Popen(["sleep", "60"])
+    try:
+        with processes.CaseProcesses() as case:
+            newer = subprocess.Popen(["sleep", "60"])
+        assert case.mark is None and case.ended == [newer.pid]
+        assert older.poll() is None
+    finally:
+        older.kill()
+        older.wait()
+
+
 # A parent that starts a watched child and sleeps; the child starts ``sleep 600`` (a kernel's
 # helper) and writes both pids to argv[1] once its watch runs.
 _PARENT = """

@@ -518,6 +518,7 @@ BAD_ENVIRONMENT = {
     "CONVMATRIX_PROGRESS_S": ("often", "number of seconds"),
     "CONVMATRIX_DB_RETRY_S": ("-5", "from 0 to"),
     "TRITON_INTERPRET": ("maybe", "choose one of"),
+    "CONVMATRIX_THREADS": ("many", "auto, torch or a number of threads"),
 }
 
 

@@ -16,6 +16,7 @@ from convmatrix.runners.account import RunAccount, worst_failures
 from convmatrix.runners.controller import Controller
 from convmatrix.runners.plugin import place_worker
 from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.threads import ThreadPolicy
 from convmatrix.runners.watchdog import EXIT_STATUS
 from convmatrix.runners.workload import select_cases
 
@@ -31,11 +32,12 @@ def test_cuda_workers_own_device_n_mod_count_and_see_it_as_zero():
     assert place_worker("gw1", 2, "mlu", 2, 16, {}).env == {"MLU_VISIBLE_DEVICES": "1"}
 
 
-def test_cpu_workers_share_the_cores():
-    assert place_worker("gw0", 2, "cpu", 1, cores=2, environ={}).threads == 1
-    assert place_worker("gw5", 3, "cpu", 1, cores=16, environ={}).threads == 5
-    assert place_worker("gw0", 4, "cpu", 1, cores=2, environ={}).threads == 1
-    assert place_worker("gw0", 1, "cpu", 1, cores=8, environ={}).env == {}
+def test_cpu_workers_share_the_cores_under_the_torch_policy():
+    old = ThreadPolicy("torch", "--threads", None)  # the default policy: tests/test_threads.py
+    assert place_worker("gw0", 2, "cpu", 1, 2, {}, old).threads == 1
+    assert place_worker("gw5", 3, "cpu", 1, 16, {}, old).threads == 5
+    assert place_worker("gw0", 4, "cpu", 1, 2, {}, old).threads == 1
+    assert place_worker("gw0", 1, "cpu", 1, 8, {}, old).env == {}
 
 
 CASES = [Case("t", "fwd", k, 8, 1, seqlen=s) for k in (2, 4) for s in (3, 5)]
@@ -107,3 +109,17 @@ def test_watchdog_delivers_once_then_ends_the_process(limit, sleep, status, out)
         [sys.executable, "-c", WATCHDOG, limit, sleep], capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stdout) == (status, out)
+
+
+def test_every_case_of_a_process_is_watched_by_one_thread():
+    """A thread a case (``threading.Timer``) waited for the scheduler on every case."""
+    import threading
+
+    from convmatrix.runners.watchdog import Watchdog
+
+    fired = []
+    for _ in range(5):
+        with Watchdog(30.0, lambda: fired.append(1)):
+            pass
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("convmatrix-watchdog") == 1 and not fired, names

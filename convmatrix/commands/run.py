@@ -27,12 +27,14 @@ __all__ = ["add_arguments", "run_command"]
 
 
 def run_command(args: argparse.Namespace) -> int:
+    options = RunOptions.from_namespace(args)
+    options.export_threads()  # before torch loads: OpenMP reads its wait policy then
     from convmatrix.pipeline.run import run
 
     # -n 0: the kernel runs in this process; the CLI then ends it with the run's status
     # whatever threads or atexit hooks the kernel left (cli.main).
     args.in_process_kernel = str(args.workers) == "0" and args.executor == "xdist"
-    end = run(RunOptions.from_namespace(args))
+    end = run(options)
     if end.report is not None:
         print(f"report: {end.report}")
     scan = end.scan

@@ -25,10 +25,13 @@ from convmatrix.core.errors import UsageError
 __all__ = [
     "GEOMETRY_KEYS",
     "GEOMETRY_LIMITS",
+    "MAX_THREADS",
+    "THREADS_ENV",
     "VARIABLES",
     "Variable",
     "check_environment",
     "check_geometry_value",
+    "check_threads",
 ]
 
 # The tiled kernel's geometry: textual keys -> Geometry fields, and each field's upper bound.
@@ -52,6 +55,8 @@ GEOMETRY_LIMITS = {
     "vector_width": 1 << 10,
     "partial_groups": 1 << 10,
 }
+THREADS_ENV = "CONVMATRIX_THREADS"  # the thread policy (runners.threads)
+MAX_THREADS = 1024  # intra-op threads of one process: more is a typo, not a machine
 MAX_RETRY_S = 24 * 3600.0  # CONVMATRIX_DB_RETRY_S: a day of retrying is already too long
 
 
@@ -67,6 +72,16 @@ def check_geometry_value(key: str, value: int) -> str | None:
         return f"tiled geometry {key}={value!r}: must be a positive integer"
     if value > GEOMETRY_LIMITS[name]:
         return f"tiled geometry {key}={value}: at most {GEOMETRY_LIMITS[name]}"
+    return None
+
+
+def check_threads(text: str) -> str | None:
+    """Why ``text`` is not a thread policy (``--threads``, ``CONVMATRIX_THREADS``), or None."""
+    value = text.strip().lower()
+    if value in ("auto", "torch"):
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= MAX_THREADS:
+        return f"give auto, torch or a number of threads from 1 to {MAX_THREADS}"
     return None
 
 
@@ -189,6 +204,23 @@ VARIABLES: dict[str, Variable] = {
             "the bearer token `convmatrix serve` takes writes with when --token-file is not given",
             "service.access",
             secret=True,
+        ),
+        Variable(
+            THREADS_ENV,
+            "the thread policy of CPU runs when --threads is not given: auto (one intra-op "
+            "thread a worker, passive wait), torch (torch's default) or threads a worker",
+            "runners.threads",
+            check_threads,
+        ),
+        Variable(
+            "OMP_NUM_THREADS",
+            "OpenMP's thread count: when set, each process of a run gets it (it beats --threads)",
+            "runners.threads",
+        ),
+        Variable(
+            "OMP_WAIT_POLICY",
+            "OpenMP's wait (ACTIVE spins, PASSIVE sleeps); a run sets PASSIVE when it is unset",
+            "runners.threads",
         ),
         Variable(
             "GITHUB_STEP_SUMMARY",

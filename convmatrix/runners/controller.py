@@ -24,7 +24,7 @@ import torch
 
 from convmatrix.core import __version__
 from convmatrix.core.case import Case
-from convmatrix.core.devices import discover, resolve_device
+from convmatrix.core.devices import cpu_cores, discover, resolve_device
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta, run_identity
 from convmatrix.kernels.interface.registry import KernelSpecError, load
@@ -35,6 +35,7 @@ from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity
 from convmatrix.runners.refcache import ReferenceCache
 from convmatrix.runners.store import RunStore, Shard, StoredRun
+from convmatrix.runners.threads import ThreadPolicy, decide
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
 
 CACHE_ENV = "CONVMATRIX_REFERENCE_CACHE"
@@ -73,6 +74,7 @@ class Prepared:
     reference_cache: str | None = None  # the cache directory (None: off)
     reference_cache_size: int = 0
     max_cases: int | None = None  # --max-cases: the case limit of every matrix
+    threads: ThreadPolicy = field(default_factory=ThreadPolicy)  # of every process running cases
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
 
@@ -124,6 +126,7 @@ class Prepared:
             "reference_cache": self.reference_cache,
             "reference_cache_size": self.reference_cache_size,
             "max_cases": self.max_cases,
+            "threads": self.threads.handover(),
         }
 
     @classmethod
@@ -148,6 +151,7 @@ class Prepared:
             reference_cache=info.get("reference_cache"),
             reference_cache_size=int(info.get("reference_cache_size") or 0),
             max_cases=info.get("max_cases"),
+            threads=ThreadPolicy(**info["threads"]),
         )
         for source in prepared.sources:
             prepared.workload(source)
@@ -235,6 +239,7 @@ def prepare(request: RunOptions, store: RunStore) -> Prepared:
         reference_cache=cache_directory(request.reference_cache),
         reference_cache_size=parse_size(request.reference_cache_size),
         max_cases=request.max_cases,
+        threads=decide(request.threads),
     )
     for source in [*sources, *request.files]:
         prepared.workload(source)
@@ -334,6 +339,10 @@ def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
             # what the kernel declared its arithmetic to be: the bound, so the bound usage,
             # follows it (compare.errors compares usage only under one declaration)
             "arithmetic": declared_arithmetic(prepared.kernel),
+            # intra-op threads and OpenMP wait of each process that ran cases (CPU runs)
+            "threads": prepared.threads.record(int(request.workers), cpu_cores())
+            if prepared.device.type == "cpu"
+            else None,
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,

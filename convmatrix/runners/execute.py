@@ -45,7 +45,15 @@ from convmatrix.runners.processes import CaseProcesses
 from convmatrix.runners.properties import check_guards, run_properties
 from convmatrix.runners.refcache import ReferenceCache
 
-__all__ = ["CaseMemo", "Context", "build_inputs", "run_case", "run_guarded", "skip_reason"]
+__all__ = [
+    "CaseMemo",
+    "Context",
+    "build_inputs",
+    "case_work",
+    "run_case",
+    "run_guarded",
+    "skip_reason",
+]
 
 # Outputs that are copies of inputs: a kernel must reproduce them bit for bit unless it sets
 # ``exact_state = False`` (e.g. it stores the state in another dtype).
@@ -304,6 +312,15 @@ def _over_budget(result: CaseResult, budget_mb: float) -> None:
 
 def _note(result: CaseResult, note: str) -> None:
     result.message = note if not result.message else f"{result.message}; {note}"
+
+
+def case_work(case: Case, ctx: Context) -> CaseResult:
+    """The work of one case alone (inputs, kernel, reference, torch path, metrics, checks,
+    verdict), without ``run_case``'s guards: what a bare loop times against the harness
+    (benchmarks/bench_harness.py)."""
+    result = CaseResult(case=case, outcome="passed")
+    _execute(case, ctx, result, Phases())
+    return result
 
 
 def run_case(case: Case, ctx: Context) -> CaseResult:

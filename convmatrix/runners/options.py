@@ -25,6 +25,7 @@ from convmatrix.core.records import RUN_KINDS
 from convmatrix.core.verdict import RULES
 from convmatrix.runners.shards import parse_shard
 from convmatrix.runners.store import Shard
+from convmatrix.runners.threads import decide, export
 
 __all__ = [
     "DEVICES",
@@ -136,6 +137,12 @@ class RunOptions:
         help=f"the rule of the verdict policy, overriding the matrix's: {', '.join(RULES)} "
         "(default: bound; docs/spec.md §4)",
     )  # fmt: skip
+    threads: str | None = _option(
+        "--threads", metavar="N|auto|torch",
+        help="intra-op threads of each process that runs cases on the CPU: auto (default: one "
+        "a worker, idle threads sleep, so a busy neighbour cannot make a run spin), torch "
+        "(torch's default), or N (default: $CONVMATRIX_THREADS; $OMP_NUM_THREADS beats both)",
+    )  # fmt: skip
     executor: str = _option(
         "--executor", "--engine", default="xdist", choices=EXECUTOR_NAMES, pytest=False,
         help="xdist: this host's devices (default); ray: a Ray cluster's (convmatrix[ray]); "
@@ -202,6 +209,12 @@ class RunOptions:
         }
         return cls(**given, **code)
 
+    def export_threads(self) -> None:
+        """The thread policy's wait into this process's environment (``runners.threads``):
+        called before torch loads, it reaches this process's OpenMP (``-n 0``) and every
+        worker and case child started after."""
+        export(decide(self.threads))
+
     def checked(self) -> RunOptions:
         """These options validated and resolved (workers a number, the shard parsed, CI
         defaults read from the environment); ``UsageError`` names the argument at fault.
@@ -240,6 +253,7 @@ class RunOptions:
                      ("--fail-on", fail_on)) if v]  # fmt: skip
             if needs:
                 raise UsageError(f"{', '.join(needs)} read the database; drop --no-db")
+        decide(self.threads)  # a bad --threads is refused here, not in a worker
         parse_size(self.reference_cache_size)  # a typo is a usage error here, not in a worker
         return replace(
             self,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import secrets
 import sys
 import threading
 from types import TracebackType
@@ -23,34 +24,29 @@ from typing import TextIO
 __all__ = ["KEEP", "BoundedOutput", "Tail"]
 
 KEEP = 16 << 10  # bytes kept at each end of each stream
-JOIN_S = 2.0  # how long to wait for a stream's last bytes (a child may still hold the pipe)
+JOIN_S = 2.0  # how long to wait for a stream's last bytes to be read
 
 
 class Tail:
-    """Reads a pipe to its end, keeping the first and the last ``keep`` bytes."""
+    """What one case wrote to one stream: the first and the last ``keep`` bytes, and the
+    count of everything."""
 
-    def __init__(self, fd: int, keep: int = KEEP) -> None:
-        self.fd, self.keep = fd, keep
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
-        self.thread = threading.Thread(target=self._read, name="convmatrix-output", daemon=True)
-        self.thread.start()
 
-    def _read(self) -> None:
-        with contextlib.suppress(OSError):
-            while chunk := os.read(self.fd, 1 << 16):
-                self.total += len(chunk)
-                room = self.keep - len(self.head)
-                if room > 0:
-                    self.head += chunk[:room]
-                    chunk = chunk[room:]
-                if chunk:
-                    self.tail += chunk
-                    if len(self.tail) > self.keep:
-                        del self.tail[: len(self.tail) - self.keep]
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
 
     def text(self) -> str:
         """What was kept, with the cut marked."""
@@ -66,20 +62,76 @@ class Tail:
         )
 
 
+class _Pipe:
+    """One stream's pipe and its reader thread, kept for the life of the process: a pipe and
+    a thread a case, started and joined, cost about a millisecond a case, more on a loaded
+    host. The reader feeds the case's ``Tail``; the end of a case is a random marker written
+    after the stream is restored, so what the case wrote is all read before its text is
+    taken (a child still holding the pipe later writes into nobody's case)."""
+
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe()
+        self.cond = threading.Condition()
+        self.tail = Tail()
+        self.marker: bytes | None = None
+        thread = threading.Thread(target=self._loop, name="convmatrix-output", daemon=True)
+        thread.start()
+
+    def _loop(self) -> None:
+        pending = b""
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.read, 1 << 16):
+                with self.cond:
+                    data, marker = pending + chunk, self.marker
+                    at = data.find(marker) if marker else -1
+                    if marker and at >= 0:
+                        self.tail.add(data[:at])
+                        pending, self.marker, self.tail = b"", None, Tail()
+                        self.cond.notify_all()
+                        continue
+                    keep = len(marker) - 1 if marker else 0  # a marker split over two reads
+                    self.tail.add(data[: len(data) - keep])
+                    pending = data[len(data) - keep :]
+
+    def begin(self) -> None:
+        with self.cond:
+            self.tail = Tail()
+
+    def end(self) -> str:
+        """The case's text, once everything written before this call has been read."""
+        marker = f"\0convmatrix-end-{secrets.token_hex(8)}\0".encode()
+        with self.cond:
+            tail, self.marker = self.tail, marker
+        os.write(self.write, marker)
+        with self.cond:
+            self.cond.wait_for(lambda: self.marker is None, JOIN_S)
+        return tail.text()
+
+
+_pipes: dict[tuple[int, int], _Pipe] = {}  # (pid, fd) -> its pipe: a forked child makes its own
+
+
+def _pipe(fd: int) -> _Pipe:
+    key = (os.getpid(), fd)
+    if key not in _pipes:
+        _pipes[key] = _Pipe()
+    return _pipes[key]
+
+
 class _Stream:
     """One redirected stream: its descriptor and Python object, and where they pointed."""
 
     def __init__(self, fd: int, name: str) -> None:
         self.fd, self.name = fd, name
-        read, self.write = os.pipe()
-        self.tail = Tail(read)
+        self.pipe = _pipe(fd)
+        self.pipe.begin()
         self.saved_fd = os.dup(fd)
         self.saved_obj: TextIO = getattr(sys, name)
         with contextlib.suppress(Exception):
             self.saved_obj.flush()
-        os.dup2(self.write, fd)
+        os.dup2(self.pipe.write, fd)
         wrapper = io.TextIOWrapper(
-            open(self.write, "wb", buffering=0, closefd=False),  # noqa: SIM115 - closed in close()
+            open(self.pipe.write, "wb", buffering=0, closefd=False),  # noqa: SIM115 - closed in close()
             encoding="utf-8", errors="backslashreplace", line_buffering=True, write_through=True,
         )  # fmt: skip
         self.obj = wrapper
@@ -94,9 +146,7 @@ class _Stream:
         os.close(self.saved_fd)
         with contextlib.suppress(Exception):
             self.obj.close()
-        os.close(self.write)  # the reader sees the end once no child holds the pipe either
-        self.tail.thread.join(JOIN_S)
-        return self.tail.text()
+        return self.pipe.end()
 
 
 class BoundedOutput:

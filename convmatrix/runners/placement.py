@@ -3,8 +3,9 @@
 The xdist executor numbers its workers gwN and gives worker N device N mod count; the Ray executor
 numbers the device actors of each node. Either way the process gets the visibility variables
 of its physical device (``CUDA_VISIBLE_DEVICES`` / ``MLU_VISIBLE_DEVICES``), sees it as device
-0, and a CPU worker gets its share of the cores as torch threads (torch's default, every
-core, oversubscribes a host that runs several workers).
+0, and a CPU worker gets the torch threads and OpenMP wait of the run's thread policy
+(``runners.threads``: one thread a worker by default; torch's default, every core spinning,
+oversubscribes a host that runs several workers or anything else).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from convmatrix.core.devices import backend_module, visible_devices_env
+from convmatrix.runners.threads import ThreadPolicy
 
 __all__ = ["WorkerPlacement", "bind", "place_device", "place_worker"]
 
@@ -30,21 +32,35 @@ class WorkerPlacement:
 
 
 def place_device(
-    index: int, workers: int, kind: str, cores: int, environ: dict | None = None
+    index: int,
+    workers: int,
+    kind: str,
+    cores: int,
+    environ: dict | None = None,
+    policy: ThreadPolicy | None = None,
 ) -> WorkerPlacement:
-    """Device ``index`` of ``kind`` on a host where ``workers`` workers share ``cores``."""
+    """Device ``index`` of ``kind`` on a host where ``workers`` workers share ``cores``, under
+    the run's thread ``policy`` (default: ``auto``)."""
     env = visible_devices_env(kind, index, environ)
     if kind == "cpu":
-        return WorkerPlacement("cpu", env, max(1, cores // max(1, workers)))
+        policy = policy or ThreadPolicy()
+        env.update(policy.environment())  # the wait of what the worker starts (case children)
+        return WorkerPlacement("cpu", env, policy.threads(max(1, workers), cores))
     return WorkerPlacement(f"{kind}:0", env, None, index)
 
 
 def place_worker(
-    worker_id: str, workers: int, kind: str, count: int, cores: int, environ: dict | None = None
+    worker_id: str,
+    workers: int,
+    kind: str,
+    count: int,
+    cores: int,
+    environ: dict | None = None,
+    policy: ThreadPolicy | None = None,
 ) -> WorkerPlacement:
     """xdist worker gwN owns device N mod count, which it then sees as device 0."""
     number = int(worker_id.lstrip("gw") or 0)
-    return place_device(number % max(1, count), workers, kind, cores, environ)
+    return place_device(number % max(1, count), workers, kind, cores, environ, policy)
 
 
 def bind(where: WorkerPlacement, kind: str) -> torch.device:

@@ -7,12 +7,13 @@
 
 Under ``-n N`` (pytest-xdist) each worker owns one device: worker gwN uses device N mod count,
 pinned with the CUDA/MLU visibility variables before anything touches the device, and a CPU
-worker gets cores // workers torch threads. Workers attach each ``CaseResult`` as JSON to
-the test report (``user_properties``); the controller, the single recorder, records it
-(``convmatrix.runners.session``). A worker killed by its kernel becomes ``crashed`` for its
-in-flight case and xdist replaces it; a case over its time limit becomes ``timeout`` (see
-``convmatrix.runners.watchdog``). SIGINT/SIGTERM end the session cleanly: every result
-received so far stays, and the run is marked ``interrupted``.
+worker gets the run's thread policy (``runners.threads``: one torch thread by default).
+Workers attach each ``CaseResult`` as JSON to the test report (``user_properties``); the
+controller, the single recorder, records it (``convmatrix.runners.session``). A worker killed
+by its kernel becomes ``crashed`` for its in-flight case and xdist replaces it; a case over
+its time limit becomes ``timeout`` (see ``convmatrix.runners.watchdog``). SIGINT/SIGTERM end
+the session cleanly: every result received so far stays, and the run is marked
+``interrupted``.
 
 The controller resolves everything that needs the store (``--resume``) or the devices before
 workers start and hands it to them in ``workerinput``, so workers agree on the items.
@@ -42,6 +43,7 @@ from convmatrix.runners.options import add_pytest_options
 from convmatrix.runners.placement import WorkerPlacement, bind, place_worker
 from convmatrix.runners.processes import watch_parent
 from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
+from convmatrix.runners.threads import ThreadPolicy
 from convmatrix.runners.watchdog import EXIT_STATUS, SINGLE_EXIT_STATUS, Watchdog, witness
 from convmatrix.runners.workload import Workload
 
@@ -121,7 +123,12 @@ def _worker_prepared(workerinput: dict) -> Prepared:
     info = workerinput[_WORKERINPUT]
     kind, count = info["device_kind"], int(info["device_count"])
     where = place_worker(
-        str(workerinput["workerid"]), int(workerinput["workercount"]), kind, count, cpu_cores()
+        str(workerinput["workerid"]),
+        int(workerinput["workercount"]),
+        kind,
+        count,
+        cpu_cores(),
+        policy=ThreadPolicy(**info["threads"]),
     )
     device = bind(where, kind)
     try:

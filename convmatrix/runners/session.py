@@ -11,15 +11,19 @@ turns reports into recorded results and, at the end, announces the ``RunAccount`
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
+import torch
 
 from convmatrix.core.case import Case
+from convmatrix.core.devices import cpu_cores
 from convmatrix.core.records import CaseResult
 from convmatrix.runners.controller import Controller, Prepared, Setup
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.threads import export, use
 from convmatrix.runners.watchdog import witness
 
 __all__ = ["PAYLOAD", "ControllerPlugin", "start_controller", "stop_after_timeout"]
@@ -46,11 +50,17 @@ def _options(config: pytest.Config, xdist: bool) -> RunOptions:
 
 
 def start_controller(config: pytest.Config, setup: Setup | None, xdist: bool) -> Prepared:
-    """Prepare the run (unless the caller did: ``setup``), open it in its store, and register
-    the recording hooks."""
+    """Prepare the run (unless the caller did: ``setup``), apply its thread policy (to this
+    process when it runs the cases), open it in its store, and register the recording hooks."""
     if setup is None:
         store = config.hook.pytest_convmatrix_store(config=config) or MemoryStore()
         setup = Setup.of(_options(config, xdist), store)
+    policy = setup.prepared.threads
+    if xdist or setup.prepared.device.type != "cpu":
+        export(policy)  # the workers xdist starts next inherit the wait
+    else:  # -n 0 on the CPU: this process runs the cases; a caller's own count comes back
+        config.add_cleanup(partial(torch.set_num_threads, torch.get_num_threads()))
+        use(policy, 0, cpu_cores())
     controller = setup.controller()
     config.pluginmanager.register(ControllerPlugin(config, setup.prepared, controller), _NAME)
     seen = witness()

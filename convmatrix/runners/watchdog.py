@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from traceback import format_exc
@@ -144,6 +146,50 @@ def witness() -> Witness | None:
     return _witness[-1] if _witness else None
 
 
+class _Alarm:
+    """One daemon thread per process that calls the armed watchdogs' ``fire`` when their
+    deadline passes. A ``threading.Timer`` a case started a thread a case, and starting one
+    waits for the scheduler: on a loaded host that was a good part of the harness's cost."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._owner = 0  # the pid whose thread runs (a forked child starts its own)
+        self._until = math.inf  # when the thread wakes next: a later deadline needs no wake-up
+
+    def arm(self, key: int, timeout_s: float, fire: Callable[[], None]) -> None:
+        with self._cond:
+            deadline = time.monotonic() + timeout_s
+            self._armed[key] = (deadline, fire)
+            if self._owner != os.getpid():
+                self._owner, self._until = os.getpid(), math.inf
+                thread = threading.Thread(target=self._loop, name="convmatrix-watchdog")
+                thread.daemon = True
+                thread.start()
+            if deadline < self._until:
+                self._cond.notify()
+
+    def disarm(self, key: int) -> None:
+        with self._cond:
+            self._armed.pop(key, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                due = [k for k, (deadline, _) in self._armed.items() if deadline <= now]
+                fire = [self._armed.pop(k)[1] for k in due]
+                if not fire:
+                    self._until = min((d for d, _ in self._armed.values()), default=math.inf)
+                    self._cond.wait(None if self._until == math.inf else self._until - now)
+                    continue
+            for call in fire:
+                call()
+
+
+_ALARM = _Alarm()
+
+
 class Watchdog:
     """Context manager around one case: ``on_timeout`` runs in a thread if the body overruns.
 
@@ -160,12 +206,10 @@ class Watchdog:
         self._on_timeout = on_timeout
         self._lock = threading.Lock()
         self._done = False
-        self._timer = threading.Timer(timeout_s, self._fire)
-        self._timer.daemon = True
 
     def __enter__(self) -> Watchdog:
         if self.timeout_s > 0:
-            self._timer.start()
+            _ALARM.arm(id(self), self.timeout_s, self._fire)
             seen = witness()  # sys.stderr is pytest's capture here: lost with the process
             where = {"file": seen.trace} if seen is not None else {}
             faulthandler.dump_traceback_later(self.timeout_s + HARD_GRACE_S, exit=True, **where)
@@ -174,7 +218,7 @@ class Watchdog:
     def finished(self) -> None:
         with self._lock:  # blocks forever if the watchdog fired: the process is ending
             self._done = True
-        self._timer.cancel()
+        _ALARM.disarm(id(self))
         if self.timeout_s > 0:
             faulthandler.cancel_dump_traceback_later()
 

@@ -42,6 +42,7 @@ from convmatrix.runners.controller import Controller, Setup
 from convmatrix.runners.isolated import ChildSpec, IsolatedRunner
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.placement import place_device
+from convmatrix.runners.threads import ThreadPolicy
 
 __all__ = ["MAX_RETRIES", "RESOURCES", "DeviceWorker", "RayExecutor", "import_ray"]
 
@@ -89,7 +90,8 @@ class DeviceWorker:
         from convmatrix.core.devices import cpu_cores
 
         kind = self.handover["device_kind"]
-        where = place_device(index, sharing, kind, cpu_cores())
+        policy = ThreadPolicy(**self.handover["threads"])
+        where = place_device(index, sharing, kind, cpu_cores(), policy=policy)
         os.environ.update(where.env)  # the child inherits the binding
         self.index, self.name = index, name
         spec = ChildSpec(self.handover, where.device, index, where.threads)

@@ -30,7 +30,9 @@ def pytest_args(request: RunOptions, n_cases: int, verbose: int = 0) -> list[str
     """The pytest command line of a run: neutral config, quiet progress, our summary only.
     The run itself (matrix, kernel, cases, resume) travels prepared, not as options."""
     args = ["-c", os.devnull, "--rootdir", os.getcwd(), "--noconftest", "--assert=plain"]
-    args += ["-p", "no:cacheprovider", "--tb=no", "-rN"]
+    # No log capture (pytest's logging plugin costs about a millisecond a case): results travel
+    # as user_properties, and what a kernel prints is bounded (runners.output).
+    args += ["-p", "no:cacheprovider", "-p", "no:logging", "--tb=no", "-rN"]
     # Only the plugins a run needs (see _only_our_plugins): xdist and ours.
     args += ["-p", "xdist.plugin", "-p", "convmatrix.runners.plugin"]
     args += ["-v"] * verbose if verbose else ["-q"]
