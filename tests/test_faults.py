@@ -239,7 +239,7 @@ def test_a_case_ends_the_daemon_it_started_and_takes_no_thread_for_a_process(tmp
         assert _wait_for(pid_file.exists, limit_s=60)
     daemon = int(pid_file.read_text())
     assert case.ended == [daemon]
-    assert _wait_for(lambda: not _alive(daemon), limit_s=10)
+    assert _wait_for(lambda: not alive(daemon), limit_s=10)
 
 
 def test_without_the_pid_counter_a_case_scans_every_process_before_and_after(monkeypatch):
