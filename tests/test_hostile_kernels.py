@@ -32,6 +32,8 @@ from runner_helpers import (
     runs,
 )
 
+from convmatrix.matrix import expand_matrix, load_matrix
+
 HOSTILE = RESOURCES / "matrices" / "hostile.matrix.yaml"
 FAULTS = RESOURCES / "matrices" / "faults.matrix.yaml"
 # seqlen -> (outcome, words its message must contain)
@@ -116,6 +118,10 @@ def test_a_kernel_holding_the_gil_leaves_one_clear_line(tmp_path, sqlite_url):
     process (1 s limit + 15 s grace). That gave no output at all; now one line names the
     case, faulthandler's traceback file and the run to resume, and the run shows abandoned."""
     args = ["run", "--matrix", str(FAULTS), "--kernel", "hostile_kernels:HoldsTheGIL", "-n", "0"]
+    # only the hanging case: on a loaded host an ordinary case can outlast the 1 s limit too,
+    # and its timeout would be a different line than the one this test is about
+    (hanging,) = [c.id for c in expand_matrix(load_matrix(str(FAULTS))).cases if c.seqlen == 12]
+    args += ["--case", hanging]
     done = run(convmatrix_cmd(*args, "--case-timeout", "1", "--db", sqlite_url), tmp_path)
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if "the run's process ended" in line]
