@@ -109,12 +109,12 @@ class _Rounds:
 
 def _shrinker(options: ExploreOptions, rounds: _Rounds) -> Callable[[Case], Any]:
     """``shrink(case)`` on a probe made once, on the first call (no failure: no probe)."""
-    from convmatrix.search.probe import Probe
-    from convmatrix.search.shrink import shrink
-
-    probe: list[Probe] = []
+    probe: list[Any] = []  # search.probe.Probe, made on the first failure
 
     def run_shrink(case: Case) -> Any:
+        from convmatrix.search.probe import Probe
+        from convmatrix.search.shrink import shrink
+
         if not probe:
             run_options = RunOptions(
                 matrix=str(rounds.first), kernel=options.kernel, device=options.device,
