@@ -194,12 +194,13 @@ def test_no_command_module_imports_another():
 
 
 def test_the_run_command_only_parses_and_prints():
-    # Scan, confirm, report, JUnit and the job summary are steps of convmatrix.pipeline.run;
+    # Scan, confirm, shrink, report, JUnit and the job summary are steps of
+    # convmatrix.pipeline.run;
     # printing kernel text to a terminal goes through core.sanitise.terminal_safe.
     imported = GRAPH["convmatrix.commands.run"]
     assert imported <= {
         "convmatrix.runners.options", "convmatrix.pipeline.run", "convmatrix.core.sanitise",
     }, imported  # fmt: skip
     assert [name for name, _ in importlib.import_module("convmatrix.pipeline.run").STEPS] == [
-        "prepare", "execute", "scan", "confirm", "report", "ci outputs",
+        "prepare", "execute", "scan", "confirm", "shrink", "report", "ci outputs",
     ]  # fmt: skip

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from convmatrix.kernels.doubles.seeded import CATALOGUE, base_case
+from convmatrix.kernels.doubles.seeded import CATALOGUE, SIZE_CATALOGUE, base_case
 from convmatrix.runners.options import RunOptions
 from convmatrix.search.probe import Probe, ProbeOutcome
+from convmatrix.search.shrink import shrink
 
 
 @pytest.fixture(autouse=True)
@@ -60,3 +61,65 @@ def test_probe_uses_the_matrix_policy_and_the_rule_given():
     probe = _probe("tiled", matrix="smoke", rule="threshold")
     assert probe.context.policy.rule == "threshold"
     assert probe.workload.name == "smoke"
+
+
+# -- shrink -----------------------------------------------------------------------------------
+
+
+def test_a_mamba_sized_failure_of_the_1024_channel_bug_shrinks_to_its_trigger():
+    """The issue's done-when: L=8192, C=1536, B=2 with bias, states and packing, down to C just
+    past the bug's declared threshold, one row, at most one tile plus one token, no bias,
+    states or packing, in at most 60 case runs."""
+    bug = SIZE_CATALOGUE["channel_blocks_1024"].bug
+    probe = _probe("seeded:channel_blocks_1024")
+    big = base_case({
+        "seqlen": 8192, "dim": 1536, "batch": 2, "activation": "silu",
+        "initial_state": "random", "final_state": True, "seq_lens": (4096, 4096),
+    })  # fmt: skip
+    result = shrink(big, probe, max_runs=60)
+    case, limit, tile = result.case, bug.threshold.limit, probe.geometry["tile"]
+    assert result.runs <= 60 and result.runs == probe.runs
+    assert case.dim == limit + 1 and result.boundaries["dim"] == (limit, limit + 1)
+    assert case.batch == 1 and case.seqlen <= tile + 1
+    assert not case.bias and case.initial_state == "none" and not case.final_state
+    assert case.seq_lens is None and case.op == big.op and case.suite == big.suite
+    assert result.outcome is not None and result.outcome.same_failure(result.failure)
+    assert "passes at C=1024, fails at C=1025" in result.boundary_lines()
+    # The path is every candidate run after the reproduction, kept or not.
+    assert len(result.path) == result.runs - 1
+    assert [s.dimension for s in result.path if s.failed][:1] == ["seqlen"]
+
+
+def test_a_tile_boundary_is_found_on_the_kernel_geometry():
+    probe = _probe("seeded:halo_off_by_one")
+    result = shrink(base_case({"seqlen": 1000, "dim": 40, "batch": 3}), probe)
+    tile = probe.geometry["tile"]
+    assert result.boundaries["seqlen"] == (tile, tile + 1)
+    assert (result.case.seqlen, result.case.dim, result.case.batch) == (tile + 1, 1, 1)
+    snippet = result.include_snippet()
+    assert f"passes at L={tile}, fails at L={tile + 1}" in snippet
+    assert snippet.splitlines()[-2] == "include:" and f"seqlen: {tile + 1}" in snippet
+
+
+def test_the_budget_bounds_the_runs_and_a_passing_case_stays():
+    probe = _probe("seeded:halo_off_by_one")
+    result = shrink(base_case({"seqlen": 1000, "dim": 40}), probe, max_runs=3)
+    assert result.runs == 3 and result.exhausted
+    quiet = base_case({"seqlen": 64})
+    same = shrink(quiet, probe)
+    assert same.case == quiet and same.runs == 1 and not same.path
+    with pytest.raises(ValueError, match="max_runs 0"):
+        shrink(quiet, probe, max_runs=0)
+
+
+def test_dtypes_go_to_float32_only_where_the_failure_stays():
+    # x_cast_to_weight_dtype shows only when x is wider than the weights: float32 x and
+    # weights pass, so the dtypes must stay as they are.
+    probe = _probe("seeded:x_cast_to_weight_dtype")
+    case = base_case({"x_dtype": "float32", "w_dtype": "bfloat16", "seqlen": 100})
+    result = shrink(case, probe)
+    assert (result.case.x_dtype, result.case.w_dtype) == ("float32", "bfloat16")
+    assert result.boundaries["dtype"] == ("float32/float32", "float32/bfloat16")
+    # halo_off_by_one shows at any dtype: the dtypes go to float32.
+    half = base_case({"x_dtype": "bfloat16", "w_dtype": "bfloat16", "seqlen": 65})
+    assert shrink(half, _probe("seeded:halo_off_by_one")).case.x_dtype == "float32"
