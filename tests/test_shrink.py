@@ -7,13 +7,22 @@ are told apart by what failed.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
+from convmatrix.cli import main
+from convmatrix.db.database import Database
+from convmatrix.db.queries import load_results, resolve_run
 from convmatrix.kernels.doubles.seeded import CATALOGUE, SIZE_CATALOGUE, base_case
+from convmatrix.kernels.interface.registry import load
+from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.runners.options import RunOptions
 from convmatrix.search.probe import Probe, ProbeOutcome
 from convmatrix.search.shrink import shrink
+from convmatrix.service.regressions import list_regressions, regression_events
 
 
 @pytest.fixture(autouse=True)
@@ -123,3 +132,97 @@ def test_dtypes_go_to_float32_only_where_the_failure_stays():
     # halo_off_by_one shows at any dtype: the dtypes go to float32.
     half = base_case({"x_dtype": "bfloat16", "w_dtype": "bfloat16", "seqlen": 65})
     assert shrink(half, _probe("seeded:halo_off_by_one")).case.x_dtype == "float32"
+
+
+# -- convmatrix shrink and run --shrink, end to end on a real SQLite file ----------------------
+
+TINY = """name: tiny
+seed: 0
+suites:
+  fwd_bwd:
+    op: fwd_bwd
+    strategy: full
+    dimensions:
+      width: [4]
+      seqlen: [8, 200]
+      dim: [40]
+      batch: [2]
+      bias: [true]
+"""
+
+
+def _tiny_run(tmp_path: Path, *extra: str) -> str:
+    matrix = tmp_path / "tiny.yaml"
+    matrix.write_text(TINY)
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    argv = ["run", "--matrix", str(matrix), "--kernel", "seeded:halo_off_by_one", "-n", "0",
+            "--device", "cpu", "--db", db, "--reference-cache", "off", *extra]  # fmt: skip
+    assert main(argv) == 1
+    return db
+
+
+def _failing_case(db: str) -> tuple[int, str]:
+    with Database(db, existing=True) as database, database.reading() as session:
+        run = resolve_run(session, "latest")
+        [bad] = [r for r in load_results(session, run.id) if r.outcome == "failed"]
+    return run.id, bad.case.id
+
+
+def test_shrink_command_prints_json_writes_a_matrix_records_and_attaches(tmp_path, capsys):
+    db = _tiny_run(tmp_path)
+    run_id, case_id = _failing_case(db)
+    capsys.readouterr()
+    out = tmp_path / "shrunk.yaml"
+    argv = ["shrink", "latest", case_id[:8], "--db", db, "--out", str(out), "--format", "json",
+            "--in-process"]  # fmt: skip
+    assert main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    tile = load("tiled").capabilities.geometry.time_tile
+    assert got["case"]["seqlen"] == tile + 1 and got["case"]["dim"] == 1
+    assert got["case"]["bias"] is False and got["case"]["op"] == "fwd_bwd"
+    assert got["runs"] == len(got["path"]) + 1 <= 60 and got["from_case"] == case_id
+    assert {"dimension", "from", "to", "failed"} <= set(got["path"][0])
+    assert got["boundaries"]["seqlen"] == [tile, tile + 1]
+    # The matrix file expands to the shrunk case itself.
+    [case] = expand_matrix(load_matrix(str(out)), load("tiled")).cases
+    assert case.id == got["case_id"]
+    # Recorded as a run of kind shrink; an event on the case's open regression.
+    with Database(db, existing=True) as database, database.reading() as session:
+        recorded = resolve_run(session, got["recorded_run"])
+        [result] = load_results(session, recorded.id)
+        [regression] = list_regressions(session, case_id=case_id)
+        events = regression_events(session, regression.id)
+    assert recorded.kind == "shrink" and result.case.id == case.id and result.outcome == "failed"
+    assert got["regressions"] == [regression.id] and regression.first_bad_run == run_id
+    assert events[-1].by == "convmatrix shrink" and case.id in (events[-1].note or "")
+    assert events[-1].run_id == recorded.id
+    # latest still names the plain run, not the shrink's.
+    with Database(db, existing=True) as database, database.reading() as session:
+        assert resolve_run(session, "latest").id == run_id
+
+
+def test_shrink_command_text_and_usage_errors(tmp_path, capsys):
+    db = _tiny_run(tmp_path)
+    _, case_id = _failing_case(db)
+    capsys.readouterr()
+    argv = ["shrink", "latest", case_id, "--db", db, "--out", str(tmp_path / "s.yaml"),
+            "--no-record", "--max-runs", "8", "--in-process"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "in 8 case runs, budget spent" in text and "1. seqlen: 200 -> 1  passed" in text
+    assert "include:\n  - {width: 4" in text and "recorded as run" not in text
+    with Database(db, existing=True) as database, database.reading() as session:
+        passing = [r.case.id for r in load_results(session, 1) if r.outcome == "passed"]
+    assert main(["shrink", "latest", passing[0], "--db", db]) == 2
+    assert "passed in run 1: only a failing case shrinks" in capsys.readouterr().err
+    assert main(["shrink", "latest", "feedbeef", "--db", db]) == 2
+    assert "CASE 'feedbeef': no such case in run 1" in capsys.readouterr().err
+    assert main(["shrink", "latest", case_id, "--db", db, "--max-runs", "0"]) == 2
+
+
+def test_run_shrink_shrinks_the_new_failures(tmp_path, capsys):
+    _tiny_run(tmp_path, "--shrink", "30")
+    out = capsys.readouterr().out
+    tile = load("tiled").capabilities.geometry.time_tile
+    assert f"passes at L={tile}, fails at L={tile + 1}" in out
+    assert "recorded as run 2; attached to regression #1" in out

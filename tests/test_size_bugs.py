@@ -8,9 +8,12 @@ which ``nightly`` kills whole, is unchanged.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from convmatrix.cli import main
 from convmatrix.core.case import Case
 from convmatrix.kernels.doubles.seeded import (
     CATALOGUE,
@@ -96,3 +99,38 @@ def test_declared_trigger_and_quiet_cases(name):
     seeded = Context(kernel=load(name))
     assert run_case(trigger, seeded).outcome == "failed"
     assert run_case(quiet, seeded).outcome == "passed"
+
+
+SIZED = """name: sized
+seed: 0
+suites:
+  fwd_bwd:
+    op: fwd_bwd
+    strategy: full
+    dimensions:
+      width: [4]
+      seqlen: [8]
+      dim: [8]
+      batch: [1]
+    include:
+      - {seqlen: 4097, batch: 2}
+      - {dim: 1025}
+"""
+
+
+def test_adequacy_measures_a_matrix_against_the_size_catalogue(tmp_path, capsys):
+    matrix = tmp_path / "sized.yaml"
+    matrix.write_text(SIZED)
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    argv = ["adequacy", "--matrix", str(matrix), "--catalogue", "size", "-n", "1", "--db", db,
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 1  # no case reaches 2^24 elements
+    view = json.loads((tmp_path / "adequacy-sized.json").read_text())
+    assert view["total"] == len(SIZE_CATALOGUE) and view["killed"] == len(SIZE_CATALOGUE) - 1
+    assert [b["name"] for b in view["survivors"]] == ["flat_index_fp32"]
+    out = capsys.readouterr().out
+    assert "survivor flat_index_fp32 (meant for size)" in out
+    with pytest.raises(SystemExit) as exited:
+        main(["adequacy", "--matrix", str(matrix), "--catalogue", "huge", "--db", db])
+    assert exited.value.code == 2
+    assert "--catalogue: invalid choice: 'huge'" in capsys.readouterr().err
