@@ -47,7 +47,6 @@ def parse_count(text: str, flag: str) -> int:
 
 def explore_command(args: argparse.Namespace) -> int:
     from convmatrix.matrix.build import MAX_ELEMENTS
-    from convmatrix.pipeline.explore import ExploreOptions, explore_kernel
     from convmatrix.search.explore import ExploreSettings
 
     if not args.kernel:
@@ -63,6 +62,8 @@ def explore_command(args: argparse.Namespace) -> int:
         budget_s=parse_budget(args.budget), seed=args.seed, max_failures=args.max_failures,
         round_s=parse_budget(args.round), shrink_runs=args.shrink_runs,
     )  # fmt: skip
+    from convmatrix.pipeline.explore import ExploreOptions, explore_kernel  # imports torch
+
     out = args.out or Path(f"explore-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.kernel)}.yaml")
     options = ExploreOptions(
         kernel=args.kernel, settings=settings, max_elements=max_elements, device=args.device,
