@@ -110,6 +110,16 @@ def test_a_tile_boundary_is_found_on_the_kernel_geometry():
     assert snippet.splitlines()[-2] == "include:" and f"seqlen: {tile + 1}" in snippet
 
 
+def test_packing_scales_with_seqlen_and_stays_where_the_bug_needs_it():
+    probe = _probe("seeded:packed_boundary_leak")  # needs two live sequences
+    case = base_case({"seqlen": 300, "dim": 40, "batch": 2, "seq_lens": (100, 100, 100)})
+    result = shrink(case, probe)
+    shrunk = result.case
+    assert shrunk.seq_lens is not None and sum(shrunk.seq_lens) == shrunk.seqlen
+    assert len(shrunk.seq_lens) >= 2 and shrunk.seqlen <= 3
+    assert result.boundaries["packing"][0] is None  # no packing passes
+
+
 def test_the_budget_bounds_the_runs_and_a_passing_case_stays():
     probe = _probe("seeded:halo_off_by_one")
     result = shrink(base_case({"seqlen": 1000, "dim": 40}), probe, max_runs=3)

@@ -139,7 +139,7 @@ class ShrinkResult:
 def variant(case: Case, **changes: Any) -> Case:
     """``case`` with ``changes``, made whole: a new id, fields that no longer apply cleared
     (dF without a backward final state, a gradient layout without a backward), packing
-    trimmed to a shorter seqlen, and only the property checks that still mean something."""
+    scaled to a shorter seqlen, and only the property checks that still mean something."""
     fields = {**changes}
     op = fields.get("op", case.op)
     final = fields.get("final_state", case.final_state)
@@ -155,15 +155,30 @@ def variant(case: Case, **changes: Any) -> Case:
 
 
 def _trimmed(seq_lens: tuple[int, ...], seqlen: int) -> tuple[int, ...]:
-    """The packing's first ``seqlen`` tokens (segments past them dropped, the last cut)."""
-    out, left = [], seqlen
-    for n in seq_lens:
-        if left <= 0:
-            break
-        size = min(abs(n), left)
-        out.append(size if n > 0 else -size)
-        left -= size
-    return tuple(out)
+    """The packing scaled to ``seqlen`` tokens: every segment kept (padding as padding), each
+    in proportion and at least one token, so a bug at a sequence boundary stays reachable;
+    when there are more segments than tokens, the first ``seqlen`` tokens' segments."""
+    total = sum(abs(n) for n in seq_lens)
+    if seqlen < len(seq_lens) or total <= 0:
+        out, left = [], seqlen
+        for n in seq_lens:
+            if left <= 0:
+                break
+            size = min(abs(n), left)
+            out.append(size if n > 0 else -size)
+            left -= size
+        return tuple(out)
+    sizes = [max(1, abs(n) * seqlen // total) for n in seq_lens]
+    i = 0
+    while sum(sizes) != seqlen:  # rounding: give or take a token, largest segments first
+        order = sorted(range(len(sizes)), key=lambda k: -sizes[k])
+        k = order[i % len(order)]
+        if sum(sizes) < seqlen:
+            sizes[k] += 1
+        elif sizes[k] > 1:
+            sizes[k] -= 1
+        i += 1
+    return tuple(size if n > 0 else -size for size, n in zip(sizes, seq_lens, strict=True))
 
 
 class _Walk:
