@@ -7,11 +7,13 @@ A failure found at L=8192, C=1536, B=2 says nothing of its trigger; its shrunk c
 one changes nothing or the budget of case runs is spent:
 
 1. sizes down (seqlen, dim, batch; for updates tokens, steps, state length): first the
-   smallest legal value; when it passes, halving while the case still fails; then the
-   boundary between the last passing and the first failing value, trying first one past a
-   passing value that sits on the kernel's geometry (a multiple of its time tile, channel
-   tile or vector width, or a power of two: ``tile+1``, ``ctile+1``), else the most aligned
-   value between the two (binary search that lands on tile and power-of-two boundaries);
+   smallest legal value; when it passes, the kernel's boundaries of the dimension
+   (``tile-1, tile, tile+1``, ``vec±1``, ``ctile±1``: small, so cheap runs), then halving
+   while the case still fails; then the boundary between the last passing and the first
+   failing value, trying first one past a passing value that sits on the kernel's geometry
+   (a multiple of its time tile, channel tile or vector width, or a power of two:
+   ``tile+1``, ``1024+1``), else the most aligned value between the two (binary search that
+   lands on tile and power-of-two boundaries);
 2. features off, one at a time, kept off when the failure stays: bias, activation, initial
    and final state (and dF), packing, gaps, the gradient's layout, the ring buffer and slot
    mapping of updates, then the simpler layout (channel-first) and the dtypes (to float32
@@ -97,7 +99,7 @@ class ShrinkResult:
     runs: int  # case runs, the original's reproduction included
     path: list[Step] = field(default_factory=list)
     boundaries: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    exhausted: bool = False  # the budget ran out before a pass changed nothing
+    exhausted: bool = False  # every run of the budget was spent (the walk may not be done)
     outcome: ProbeOutcome | None = None  # the shrunk case's own (its CaseResult within)
 
     def dimensions(self) -> dict[str, Any]:
@@ -232,6 +234,15 @@ class _Walk:
         power = value >= 2 and value & (value - 1) == 0
         return power or any(value % u == 0 for u in units if u > 1)
 
+    def geometry_points(self, name: str, low: int, high: int) -> list[int]:
+        """The kernel's boundaries of this dimension strictly between ``low`` and ``high``,
+        ascending: ``tile-1, tile, tile+1`` (seqlen, tokens), ``vec±1`` and ``ctile±1``
+        (dim). Small cases, so cheap runs; a bug of the geometry fails at one of them even
+        where failing is not monotonic in the size (``L mod tile``)."""
+        units = [self.units[u] for u in _UNITS.get(name, ()) if u in self.units]
+        points = {p for u in units if u > 1 for p in (u - 1, u, u + 1)}
+        return sorted(p for p in points if low < p < high)
+
     def shrink_size(self, name: str) -> None:
         value = getattr(self.case, name)
         low = self.minimum(name)
@@ -245,6 +256,12 @@ class _Walk:
             self.boundaries.pop(name, None)
             return
         passing = low  # judged: the smallest value passed
+        for point in self.geometry_points(name, low, value):
+            got = self.try_size(name, point)
+            if got:
+                break
+            if got is False:
+                passing = point
         while not self.spent:
             half = getattr(self.case, name) // 2
             if half <= passing:
@@ -346,6 +363,6 @@ def shrink(
         runs=walk.runs,
         path=walk.path,
         boundaries=walk.boundaries,
-        exhausted=walk.spent and changed,
+        exhausted=walk.spent,
         outcome=walk.kept,
     )
