@@ -126,7 +126,10 @@ def shrink_stored(
     if stored.outcome not in BAD_OUTCOMES:
         raise UsageError(f"case {stored.case.pytest_id} {stored.outcome} in run {run.id}: "
                          "only a failing case shrinks")  # fmt: skip
-    with Probe(probe_options(run), isolate=isolate) as probe:
+    options = probe_options(run)
+    # The isolated child rebuilds the run from its matrix: a run of cases given to pytest
+    # as files has none, and runs its candidates in this process.
+    with Probe(options, isolate=isolate and bool(options.matrix)) as probe:
         result = shrink(stored.case, probe, max_runs=max_runs)
         if not result.failure.failed:
             raise UsageError(
