@@ -1,13 +1,12 @@
-"""Run kind ``shrink``: the shrunk case of ``convmatrix shrink``, recorded as judged.
+"""Run kind ``explore``: the rounds of ``convmatrix explore``.
 
 Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-04
 
-A shrink stores the simplest failing case it found as a run of one case (``pipeline.shrink``),
-judged under the original run's matrix policy; like confirm, bisect and explore runs it is no
-baseline, no ``latest`` and no history point. ``runs.kind``'s check constraint gains the
-value (SQLite rebuilds ``runs``, as in 0008 and 0011).
+An explore round is a recorded run of drawn cases (``pipeline.explore``); like confirm and
+bisect runs it is no baseline, no ``latest`` and no history point. ``runs.kind``'s check
+constraint gains the value (SQLite rebuilds ``runs``, as in 0008).
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ down_revision = "0011"
 branch_labels = None
 depends_on = None
 
-_OLD_KINDS = ("run", "confirm", "bisect", "adequacy", "explore")
-_KINDS = (*_OLD_KINDS, "shrink")
+_OLD_KINDS = ("run", "confirm", "bisect", "adequacy")
+_KINDS = (*_OLD_KINDS, "explore")
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -38,5 +37,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DELETE FROM runs WHERE kind = 'shrink'")
+    op.execute("DELETE FROM runs WHERE kind = 'explore'")
     _kinds(_OLD_KINDS)
