@@ -41,6 +41,8 @@ COMMANDS = {
     "expand": "list the cases a matrix yields for a kernel",
     "run": "run a matrix against a kernel and record the results",
     "adequacy": "measure a matrix: which seeded bugs its cases kill",
+    "explore": "search beyond the matrix: drawn cases, failures shrunk",
+    "shrink": "shrink a run's failing case to the simplest one failing the same way",
     "confirm": "rerun a run's failing and regressed cases: confirmed or flaky",
     "regressions": "list, scan and update the regressions of the recorded runs",
     "report": "write the HTML report of one run",

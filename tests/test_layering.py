@@ -1,7 +1,7 @@
 """The package's layering, read from its source: every import points down, no file cycles,
 and the commands that never touch a tensor never import torch.
 
-Layers, bottom to top (docs/architecture.md): core, matrix, kernels, runners, db, reports,
+Layers, bottom to top (docs/architecture.md): core, matrix, kernels, runners, search, db, reports,
 and the command layer (``convmatrix.commands``, ``cli``, ``api``, the package root). Every
 import is walked, including imports inside functions and under ``TYPE_CHECKING``: a lazy
 import is still a dependency.
@@ -22,7 +22,8 @@ import convmatrix
 
 PACKAGE = Path(convmatrix.__file__).parent
 LAYERS = (
-    "core", "compare", "matrix", "kernels", "runners", "db", "reports", "service", "pipeline",
+    "core", "compare", "matrix", "kernels", "runners", "search", "db", "reports", "service",
+    "pipeline",
     "commands",
 )  # fmt: skip
 TOP = len(LAYERS) - 1  # the command layer: commands, cli, api, __main__ and the root
@@ -193,12 +194,13 @@ def test_no_command_module_imports_another():
 
 
 def test_the_run_command_only_parses_and_prints():
-    # Scan, confirm, report, JUnit and the job summary are steps of convmatrix.pipeline.run;
+    # Scan, confirm, shrink, report, JUnit and the job summary are steps of
+    # convmatrix.pipeline.run;
     # printing kernel text to a terminal goes through core.sanitise.terminal_safe.
     imported = GRAPH["convmatrix.commands.run"]
     assert imported <= {
         "convmatrix.runners.options", "convmatrix.pipeline.run", "convmatrix.core.sanitise",
     }, imported  # fmt: skip
     assert [name for name, _ in importlib.import_module("convmatrix.pipeline.run").STEPS] == [
-        "prepare", "execute", "scan", "confirm", "report", "ci outputs",
+        "prepare", "execute", "scan", "confirm", "shrink", "report", "ci outputs",
     ]  # fmt: skip

@@ -31,7 +31,8 @@ def adequacy_command(args: argparse.Namespace) -> int:
     if args.minimize is not None:
         minimize = Path(args.minimize) if args.minimize else args.out / f"{name}-min.yaml"
     view = measure(
-        args.matrix, base=args.base, bugs=args.bugs, workers=args.workers, device=args.device,
+        args.matrix, base=args.base, bugs=args.bugs, catalogue=args.catalogue,
+        workers=args.workers, device=args.device,
         db=args.db, sample=args.sample, minimize=minimize,
     )  # fmt: skip
     html, _ = write_report(view, args.out / f"adequacy-{name}.html")
@@ -72,6 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matrix", help="built-in matrix name or a file")
     p.add_argument("--base", default="tiled", help="the correct tiled kernel (default: tiled)")
     p.add_argument("--bugs", metavar="NAME,...", help="only these seeded bugs (default: all)")
+    p.add_argument(
+        "--catalogue", default="main", choices=("main", "size", "all"),
+        help="which seeded bugs: main (default; the bugs a matrix is measured by), size (bugs "
+        "that show only past a size: 2^24 elements, B*L 8192, C 1024, L 4096), or all",
+    )  # fmt: skip
     p.add_argument("-n", dest="workers", default="auto", help="bugs run at once: N or auto")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mlu")
     add_db_argument(p)

@@ -15,12 +15,15 @@ def list_kernels_command(seeded: bool = False) -> int:
     for info in infos:
         print(f"{info.name:<{width}}  {info.status}  ({info.target})")
     if seeded:
-        from convmatrix.kernels.doubles.seeded import CATALOGUE
+        from convmatrix.kernels.doubles.seeded import CATALOGUE, SIZE_CATALOGUE
 
-        print(f"\n{len(CATALOGUE)} seeded bugs:")
-        for name, cls in CATALOGUE.items():
-            bug = cls.bug
-            print(f"  {name:<{width}}  {bug.dimension:<11}  {bug.bug_class}  [{bug.source}]")
+        for title, catalogue in (("seeded bugs", CATALOGUE), ("size bugs", SIZE_CATALOGUE)):
+            print(f"\n{len(catalogue)} {title}:")
+            for name, cls in catalogue.items():
+                bug = cls.bug
+                where = f"  {bug.threshold}" if bug.threshold else ""
+                line = f"  {name:<{width}}  {bug.dimension:<11}  {bug.bug_class}"
+                print(f"{line}  [{bug.source}]{where}")
     return 0
 
 

@@ -53,6 +53,8 @@ def run_command(args: argparse.Namespace) -> int:
             print("  " + terminal_safe(reg.line()))
     if end.confirmation is not None:
         print(terminal_safe("\n".join(end.confirmation.lines())))
+    for shrunk in end.shrunk:
+        print(terminal_safe("\n".join(shrunk.lines())))
     if end.junit is not None:
         print(f"junit: {end.junit}")
     if end.summary is not None:

@@ -41,7 +41,7 @@ OUTCOMES = ("passed", "failed", "skipped", "crashed", "timeout", "error", "lost"
 BAD_OUTCOMES = ("failed", "crashed", "timeout", "error", "lost")
 # What a run is for: only plain runs (``run``) are baselines, ``latest``, history points and
 # index rows by default; the others are made to judge something else.
-RUN_KINDS = ("run", "confirm", "bisect", "adequacy")
+RUN_KINDS = ("run", "confirm", "bisect", "adequacy", "explore", "shrink")
 
 
 @dataclass(frozen=True)

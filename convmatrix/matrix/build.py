@@ -12,16 +12,24 @@ from convmatrix.matrix.rules import case_env
 from convmatrix.matrix.spec import SuiteSpec
 from convmatrix.matrix.values import Value, check_int, resolve_int, resolve_packing
 
-__all__ = ["MAX_ELEMENTS", "applicable_checks", "build_case", "spec_violation"]
+__all__ = ["MAX_ELEMENTS", "applicable_checks", "build_case", "case_elements", "spec_violation"]
 
 # Elements of the largest tensor of a case (x: batch x dim x time). 2^31 is where int32
 # indexing breaks in most kernels and is 8 GiB in float32: past any test a matrix means to run.
 MAX_ELEMENTS = 2**31 - 1
 
 
-def _check_size(suite: SuiteSpec, values: Mapping[str, Value], case: Case) -> None:
+def case_elements(case: Case) -> int:
+    """Elements of the case's largest tensor: batch x dim x time (seqlen; for an update the
+    tokens of all its steps, or the state when longer). What ``MAX_ELEMENTS`` and
+    ``convmatrix explore --max-elements`` bound."""
     time = case.seqlen if case.op != "update" else (case.tokens or 0) * (case.steps or 0)
-    elements = case.batch * case.dim * max(time or 0, case.state_len or 0, 1)
+    return case.batch * case.dim * max(time or 0, case.state_len or 0, 1)
+
+
+def _check_size(suite: SuiteSpec, values: Mapping[str, Value], case: Case) -> None:
+    elements = case_elements(case)
+    time = case.seqlen if case.op != "update" else (case.tokens or 0) * (case.steps or 0)
     if elements > MAX_ELEMENTS:
         sizes = {d: getattr(case, d) or 0 for d in ("batch", "dim", "seqlen") if d in values}
         v = values[max(sizes, key=sizes.__getitem__)]  # point at the largest factor

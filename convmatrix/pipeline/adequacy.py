@@ -27,7 +27,7 @@ from convmatrix.core.errors import UsageError
 from convmatrix.db import default_url, load_results
 from convmatrix.db.database import Database
 from convmatrix.kernels.builtin.tiled import DEFAULT_GEOMETRY, ENV_VAR, TiledKernel
-from convmatrix.kernels.doubles.seeded import CATALOGUE, SeededKernel
+from convmatrix.kernels.doubles.seeded import CATALOGUES, SeededKernel
 from convmatrix.kernels.interface.registry import load
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.matrix.errors import did_you_mean
@@ -84,13 +84,17 @@ def _run_all(jobs: Sequence[_Job], workers: int) -> list[_Done]:
         return list(pool.map(_run_job, jobs))
 
 
-def _bug_names(spec: str | None) -> list[str]:
+def _bug_names(spec: str | None, catalogue: str = "main") -> list[str]:
+    """The bugs ``--bugs`` names (of any catalogue), else every bug of ``--catalogue``."""
+    if catalogue not in CATALOGUES:
+        raise UsageError(f"--catalogue {catalogue!r}: one of {', '.join(CATALOGUES)}")
     if not spec:
-        return list(CATALOGUE)
+        return list(CATALOGUES[catalogue])
+    every = CATALOGUES["all"]
     names = [n.strip().removeprefix("seeded:") for n in spec.split(",") if n.strip()]
     for name in names:
-        if name not in CATALOGUE:
-            raise UsageError(f"--bugs: unknown seeded bug {name!r}{did_you_mean(name, CATALOGUE)}")
+        if name not in every:
+            raise UsageError(f"--bugs: unknown seeded bug {name!r}{did_you_mean(name, every)}")
     return list(dict.fromkeys(names))
 
 
@@ -123,17 +127,19 @@ def measure(
     *,
     base: str = "tiled",
     bugs: str | None = None,
+    catalogue: str = "main",
     workers: str | int = "auto",
     device: str = "auto",
     db: str | None = None,
     sample: int | None = None,
     minimize: Path | None = None,
 ) -> AdequacyView:
-    """Run ``base`` and then every seeded bug (``bugs``: names, comma-separated; default all)
-    through ``matrix``, one recorded run each, ``workers`` bugs at once; the kill matrix.
+    """Run ``base`` and then every seeded bug (``bugs``: names, comma-separated; default
+    every bug of ``catalogue``: ``main``, ``size`` (the size bugs) or ``all``) through
+    ``matrix``, one recorded run each, ``workers`` bugs at once; the kill matrix.
     ``minimize``: also write the smallest killing case set there as a matrix file."""
     spec = load_matrix(matrix)
-    names = _bug_names(bugs)
+    names = _bug_names(bugs, catalogue)
     geometry = _base_geometry(base)
     cases = _sample_ids(matrix, base, sample)
     db = db or default_url()
@@ -173,7 +179,7 @@ def _build_view(
     base_results.sort(key=lambda r: order[r.case.id])
     infos = {}
     for name in done:
-        bug = CATALOGUE[name].bug
+        bug = CATALOGUES["all"][name].bug
         infos[name] = BugInfo(name, bug.bug_class, bug.dimension, bug.source, bug.reach)
     return build_adequacy_view(
         matrix=matrix,

@@ -1,6 +1,6 @@
 """A recorded run, start to end, as a sequence of named steps over one database.
 
-    prepare -> execute -> scan -> confirm -> report -> ci outputs
+    prepare -> execute -> scan -> confirm -> shrink -> report -> ci outputs
 
 ``run`` opens the database once (``db.Database``, lazily: a run refused while it is prepared
 touches no database) and every step uses that one engine (``pipeline.steps``). The commands
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from convmatrix.db.database import Database
 from convmatrix.pipeline.confirm import confirm
+from convmatrix.pipeline.shrink import shrink_failures
 from convmatrix.pipeline.steps import (
     RunEnd,
     Step,
@@ -32,6 +33,7 @@ STEPS: tuple[tuple[str, Step], ...] = (
     ("execute", execute),
     ("scan", scan),
     ("confirm", confirm),
+    ("shrink", shrink_failures),
     ("report", report),
     ("ci outputs", ci_outputs),
 )

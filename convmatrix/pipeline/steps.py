@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from convmatrix.db.database import Database
 from convmatrix.db.queries import load_results, resolve_run
@@ -46,6 +47,7 @@ class RunEnd:
     account: RunAccount
     scan: ScanResult | None = None
     confirmation: Confirmation | None = None
+    shrunk: list[Any] = field(default_factory=list)  # pipeline.shrink.Shrunk, --shrink
     report: Path | None = None
     junit: Path | None = None
     summary: Path | None = None

@@ -189,6 +189,11 @@ class RunOptions:
         "--confirm", default=False, action="store_true", pytest=False,
         help="rerun the cases of new regressions: confirmed or flaky (flaky ones do not fail)",
     )  # fmt: skip
+    shrink: int | None = _option(
+        "--shrink", type=int, metavar="RUNS", pytest=False,
+        help="shrink the run's new failures to their simplest failing cases, within RUNS case "
+        "runs in all (60 at most per failure; convmatrix shrink, docs/search.md)",
+    )  # fmt: skip
     # -- set by code, not flags ------------------------------------------------------------------
     files: tuple[str, ...] = ()  # *.matrix.yaml given to pytest as paths
     scan: bool = True  # the pipeline scans a recorded run for regressions
@@ -221,6 +226,8 @@ class RunOptions:
         Idempotent: checking checked options changes nothing."""
         check_environment()  # every declared variable, before any work (one line naming it)
         _check_choices(self)
+        if self.shrink is not None and self.shrink < 2:
+            raise UsageError(f"--shrink {self.shrink}: give a budget of at least 2 case runs")
         if self.max_cases is not None and self.max_cases < 1:
             raise UsageError(f"--max-cases {self.max_cases}: give a number of cases >= 1")
         if self.resume and self.no_db:
@@ -250,6 +257,7 @@ class RunOptions:
         if self.no_db:
             needs = [n for n, v in (("--report", self.report), ("--junit", self.junit),
                      ("--summary", summary), ("--confirm", self.confirm),
+                     ("--shrink", self.shrink),
                      ("--fail-on", fail_on)) if v]  # fmt: skip
             if needs:
                 raise UsageError(f"{', '.join(needs)} read the database; drop --no-db")

@@ -176,11 +176,11 @@ def list_kernels(seeded: bool = False) -> list[KernelInfo]:
     infos = []
     targets = sorted(_registered().items())
     if seeded:
-        from convmatrix.kernels.doubles.seeded import CATALOGUE
+        from convmatrix.kernels.doubles.seeded import CATALOGUES
 
         targets += [
             (SEEDED_PREFIX + name, f"{cls.__module__}:{cls.__name__}")
-            for name, cls in CATALOGUE.items()
+            for name, cls in CATALOGUES["all"].items()
         ]
     for name, target in targets:
         try:

@@ -8,6 +8,11 @@ Bugs come from the seed's table (docs/spec.md §3, one per bug class it names) a
 upstream catalogue (../shared/research/upstream_bugs.md: Dao's causal-conv1d, vLLM, sglang,
 fla, mamba, TensorRT-LLM), each citing its issue or commit, wherever the matrix language can
 express the trigger. ``Bug.trigger`` / ``Bug.quiet`` are overrides of ``base_case``.
+
+``SIZE_CATALOGUE`` holds the bugs that show only past a size (``size_bugs``: 2^24 elements,
+a B*L workspace, 1024 channels, 4096 tokens), kept apart: no fixed matrix reaches them, and
+``CATALOGUE`` is what a matrix is measured against by default (``--catalogue size`` for
+these). ``load`` and ``seeded:NAME`` find a bug of either.
 """
 
 from __future__ import annotations
@@ -18,17 +23,37 @@ from typing import Any
 from convmatrix.core.case import Case
 from convmatrix.core.errors import UsageError
 from convmatrix.kernels.doubles.seeded.backward_bugs import BACKWARD_BUGS
-from convmatrix.kernels.doubles.seeded.base import DIMENSIONS, Bug, SeededKernel
+from convmatrix.kernels.doubles.seeded.base import DIMENSIONS, Bug, SeededKernel, Threshold
 from convmatrix.kernels.doubles.seeded.forward_bugs import FORWARD_BUGS
+from convmatrix.kernels.doubles.seeded.size_bugs import SIZE_BUGS
 from convmatrix.kernels.doubles.seeded.update_bugs import UPDATE_BUGS
 from convmatrix.matrix.errors import did_you_mean
 
-__all__ = ["CATALOGUE", "DIMENSIONS", "PREFIX", "Bug", "SeededKernel", "base_case", "load", "names"]
+__all__ = [
+    "CATALOGUE",
+    "CATALOGUES",
+    "DIMENSIONS",
+    "PREFIX",
+    "SIZE_CATALOGUE",
+    "Bug",
+    "SeededKernel",
+    "Threshold",
+    "base_case",
+    "load",
+    "names",
+]
 
 PREFIX = "seeded:"
 
 CATALOGUE: Mapping[str, type[SeededKernel]] = {
     cls.bug.name: cls for cls in (*FORWARD_BUGS, *BACKWARD_BUGS, *UPDATE_BUGS)
+}
+SIZE_CATALOGUE: Mapping[str, type[SeededKernel]] = {cls.bug.name: cls for cls in SIZE_BUGS}
+# What ``convmatrix adequacy --catalogue`` measures a matrix against.
+CATALOGUES: Mapping[str, Mapping[str, type[SeededKernel]]] = {
+    "main": CATALOGUE,
+    "size": SIZE_CATALOGUE,
+    "all": {**CATALOGUE, **SIZE_CATALOGUE},
 }
 
 _FWD_BASE: dict[str, Any] = {
@@ -50,13 +75,15 @@ def base_case(overrides: Mapping[str, Any]) -> Case:
     return Case(**fields)
 
 
-def names() -> list[str]:
-    return list(CATALOGUE)
+def names(catalogue: str = "main") -> list[str]:
+    return list(CATALOGUES[catalogue])
 
 
 def load(name: str) -> SeededKernel:
-    """The seeded kernel ``name`` (with or without the ``seeded:`` prefix)."""
+    """The seeded kernel ``name`` (with or without the ``seeded:`` prefix), of either
+    catalogue."""
     name = name.removeprefix(PREFIX)
-    if name not in CATALOGUE:
-        raise UsageError(f"unknown seeded bug {name!r}{did_you_mean(name, CATALOGUE)}")
-    return CATALOGUE[name]()
+    every = CATALOGUES["all"]
+    if name not in every:
+        raise UsageError(f"unknown seeded bug {name!r}{did_you_mean(name, every)}")
+    return every[name]()

@@ -9,17 +9,17 @@ from convmatrix.kernels.builtin.tiled.backward import Gradients
 from convmatrix.kernels.doubles.seeded.base import Bug, Call, SeededKernel
 from convmatrix.kernels.doubles.seeded.forward_bugs import unpadded
 
-__all__ = ["BACKWARD_BUGS"]
+__all__ = ["BACKWARD_BUGS", "masked", "params_from"]
 
 GradPair = tuple[torch.Tensor, torch.Tensor | None]
 
 
-def _params_from(grads: Gradients, other: Gradients) -> Gradients:
+def params_from(grads: Gradients, other: Gradients) -> Gradients:
     """dx and dS of ``grads``, dw and db of ``other``."""
     return grads[0], other[1], other[2], grads[3]
 
 
-def _masked(grad: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def masked(grad: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``grad`` with the (B, L) positions where ``keep`` is false zeroed."""
     return grad * keep[:, None, :].to(grad.device, grad.dtype)
 
@@ -61,7 +61,7 @@ class DwBatchUnreduced(SeededKernel):
             return grads
         keep = torch.zeros(grad_y.shape[0], grad_y.shape[2], dtype=torch.bool)
         keep[0] = True
-        return _params_from(grads, self.backward_of(call, _masked(grad_y, keep), None))
+        return params_from(grads, self.backward_of(call, masked(grad_y, keep), None))
 
 
 class DwGroupsUnreduced(SeededKernel):
@@ -84,7 +84,7 @@ class DwGroupsUnreduced(SeededKernel):
                     keep[b, j * tile : (j + 1) * tile] = True
         if bool(keep.all()):
             return grads
-        return _params_from(grads, self.backward_of(call, _masked(grad_y, keep), None))
+        return params_from(grads, self.backward_of(call, masked(grad_y, keep), None))
 
 
 class DwTilesUnreduced(SeededKernel):
@@ -102,7 +102,7 @@ class DwTilesUnreduced(SeededKernel):
             return grads
         keep = torch.zeros(grad_y.shape[0], seqlen, dtype=torch.bool)
         keep[:, :tile] = True
-        return _params_from(grads, self.backward_of(call, _masked(grad_y, keep), None))
+        return params_from(grads, self.backward_of(call, masked(grad_y, keep), None))
 
 
 class DwInitWithoutFinal(SeededKernel):

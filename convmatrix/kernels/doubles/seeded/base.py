@@ -27,7 +27,7 @@ from convmatrix.kernels.builtin.tiled.forward import tiled_forward
 from convmatrix.kernels.builtin.tiled.kernel import TiledKernel
 from convmatrix.kernels.oracle.semantics import check_forward_args, is_silu
 
-__all__ = ["DIMENSIONS", "Bug", "Call", "SeededKernel"]
+__all__ = ["DIMENSIONS", "Bug", "Call", "SeededKernel", "Threshold"]
 
 
 # The rows of docs/spec.md §3 (plus the gradient layout dimension) a bug is meant for.
@@ -43,7 +43,28 @@ DIMENSIONS = (
     "packed",
     "update",
     "grad_layout",
+    "size",  # elements of a tensor: what no dimension of its own reaches (size_bugs.py)
 )
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Where a size bug starts: the case passes while ``quantity`` is at most ``limit`` and
+    fails past it. ``quantity`` is a product of ``Case`` fields (``"batch*seqlen"``,
+    ``"batch*dim*seqlen"``, ``"dim"``): what the kernel's arithmetic runs out of."""
+
+    quantity: str
+    limit: int
+
+    def of(self, case: Any) -> int:
+        """The quantity's value for ``case``."""
+        value = 1
+        for name in self.quantity.split("*"):
+            value *= int(getattr(case, name) or 0)
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.quantity} > {self.limit}"
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,7 @@ class Bug:
     trigger: Mapping[str, Any]
     quiet: Mapping[str, Any] | None = None
     reach: str = ""  # the dimension value(s) a case needs to reach it (for survivors)
+    threshold: Threshold | None = None  # a size bug's: where it starts (size_bugs.py)
 
     def __post_init__(self) -> None:
         if self.dimension not in DIMENSIONS:
