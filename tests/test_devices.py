@@ -107,3 +107,22 @@ def test_devices_command_text_and_json(capsys):
     facts = json.loads(capsys.readouterr().out)
     assert [b["kind"] for b in facts["backends"]] == ["cpu", "cuda", "mlu"]
     assert facts["auto"] == str(devices.resolve_device("auto"))
+
+
+def test_the_memory_budget_holds_the_kernels_call_not_the_reference(tmp_path):
+    # x is 16 MiB of float32 (B=1, C=64, L=65536). Measured here: the torch kernel's call adds
+    # about 56 MB (a padded copy, the output, the bias added), the whole case about 156 MB
+    # (the float64 reference and its bound magnitudes besides). A 100 MB budget sits between
+    # them with room both ways: counted whole, this correct kernel fails (as a 4.3e7-element
+    # case failed `tiled` at 8.5 GB in `convmatrix explore`).
+    matrix = tmp_path / "big.matrix.yaml"
+    matrix.write_text(
+        "name: big\ngeometry: {tile: 64, ctile: 32, vec: 8}\ntimeout_s: 120\n"
+        "memory_budget_mb: 100\nsuites:\n  fwd:\n    op: fwd\n    strategy: full\n"
+        "    dimensions:\n      width: [4]\n      seqlen: [65536]\n      dim: [64]\n"
+        "      batch: [1]\n      x_dtype: [float32]\n      w_dtype: [float32]\n"
+    )
+    argv = [sys.executable, "-m", "convmatrix", "run", "--matrix", str(matrix)]
+    argv += ["--kernel", "torch", "-n", "0", "--no-db", "--device", "cpu"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr

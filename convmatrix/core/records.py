@@ -115,7 +115,7 @@ class CaseResult:
     properties: list[PropertyResult] = field(default_factory=list)
     timings: list[TimingResult] = field(default_factory=list)
     worker: str | None = None
-    peak_mem_mb: float | None = None  # peak memory the case added (device or process RSS)
+    peak_mem_mb: float | None = None  # peak memory the kernel's call added (device or RSS)
     host: str | None = None  # where it ran (placement): host name and device index there
     device_index: int | None = None
     retries: int = 0  # resubmissions: a lost actor or node, a crash confirmed elsewhere

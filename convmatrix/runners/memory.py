@@ -1,4 +1,6 @@
-"""Peak memory of one case: what it added on its device (or to the process on the CPU).
+"""Peak memory of a kernel's call: what it added on its device (or to the process on the CPU).
+
+``runners.execute`` measures the call only, not the inputs or the reference around it.
 
 A device (CUDA, MLU): its backend's peak allocation statistics (``torch.cuda`` /
 ``torch.mlu``, through ``core.devices.backend_module``), reset before the case. CPU: the kernel's
