@@ -82,8 +82,8 @@ def explore_command(args: argparse.Namespace) -> int:
         how = f"shrunk in {shrunk.runs} runs" if shrunk is not None else "not shrunk"
         print(f"{i}. {finding.case.pytest_id}  {finding.signature}  ({how}, "
               f"{len(finding.failures)} failing case(s))")  # fmt: skip
-        for dim, (passing, failing) in (getattr(shrunk, "boundaries", None) or {}).items():
-            print(f"   passes at {dim}={passing}, fails at {dim}={failing}")
+        for line in shrunk.boundary_lines() if shrunk is not None else ():
+            print(f"   {line}")
     if report.findings:
         print(f"matrix of the failing cases: {out} (convmatrix run --matrix {out} ...)")
     return report.exit_code
