@@ -17,9 +17,8 @@ import math
 import re
 from pathlib import Path
 
-from convmatrix.commands.arguments import add_db_argument
 from convmatrix.core.errors import UsageError
-from convmatrix.runners.options import DEVICES, EXECUTOR_NAMES
+from convmatrix.runners.options import add_cli_options, check_device
 
 __all__ = ["add_arguments", "explore_command", "parse_budget", "parse_count"]
 
@@ -56,8 +55,7 @@ def explore_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-elements {args.max_elements}: at most {MAX_ELEMENTS} (2^31-1)")
     if args.max_failures is not None and args.max_failures < 1:
         raise UsageError(f"--max-failures {args.max_failures}: give a number >= 1")
-    if args.device not in DEVICES and args.device.split(":")[0] not in DEVICES:
-        raise UsageError(f"--device {args.device!r}: one of {', '.join(DEVICES)}")
+    check_device(args.device)
     settings = ExploreSettings(
         budget_s=parse_budget(args.budget), seed=args.seed, max_failures=args.max_failures,
         round_s=parse_budget(args.round), shrink_runs=args.shrink_runs,
@@ -97,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "shrink each failure and write the failing cases as a matrix file. Exit 1 when a "
         "failure was found, 0 when the budget ran out without one."
     )
-    p.add_argument("--kernel", help="registered kernel name or package.module:attribute")
+    add_cli_options(p, only=("kernel", "device", "workers", "db", "executor", "address"))
     p.add_argument("--budget", default="10m", help="search time: 90s, 10m, 1h (default 10m)")
     p.add_argument(
         "--max-elements", default="1048576", metavar="N",
@@ -105,11 +103,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the size bugs)",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="the same seed draws the same cases")
-    add_db_argument(p)
-    p.add_argument("-n", dest="workers", default="auto", help="worker processes: N or auto")
-    p.add_argument("--executor", default="xdist", choices=EXECUTOR_NAMES, help="xdist or ray")
-    p.add_argument("--address", metavar="ADDR", help="the Ray cluster (default: a local one)")
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mlu")
     p.add_argument(
         "--out", type=Path, metavar="FILE",
         help="matrix file of the failing cases (default: explore-<kernel>.yaml)",

@@ -35,6 +35,7 @@ __all__ = [
     "RunOptions",
     "add_cli_options",
     "add_pytest_options",
+    "check_device",
     "worker_count",
 ]
 
@@ -273,10 +274,14 @@ class RunOptions:
         )
 
 
-def _check_choices(options: RunOptions) -> None:
-    device = options.device
+def check_device(device: str) -> None:
+    """``--device``: one of DEVICES, with an index where a kind takes one (``cuda:1``)."""
     if device not in DEVICES and device.split(":")[0] not in DEVICES:
         raise UsageError(f"--device {device!r}: one of {', '.join(DEVICES)}")
+
+
+def _check_choices(options: RunOptions) -> None:
+    check_device(options.device)
     if options.rule is not None and options.rule not in RULES:
         raise UsageError(f"--policy {options.rule!r}: one of {', '.join(RULES)}")
     if options.kind not in RUN_KINDS:
@@ -323,9 +328,12 @@ def _default(f: Any) -> Any:
     return f.default_factory() if f.default is MISSING else f.default
 
 
-def add_cli_options(parser: argparse.ArgumentParser) -> None:
-    """Every option of ``RunOptions`` on ``convmatrix run``'s parser (dest: the field name)."""
+def add_cli_options(parser: argparse.ArgumentParser, only: tuple[str, ...] = ()) -> None:
+    """Every option of ``RunOptions`` on ``convmatrix run``'s parser (dest: the field name),
+    or only the fields named: a command that runs cases too (``explore``) spells them alike."""
     for f in _flagged():
+        if only and f.name not in only:
+            continue
         flag: Flag = f.metadata["flag"]
         parser.add_argument(*flag.flags, **flag.keywords(f.name, _default(f)))
 
