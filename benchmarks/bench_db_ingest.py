@@ -34,7 +34,7 @@ from db_fixtures import fake_meta, fake_result, fresh_postgres_database  # tests
 from sqlalchemy import Engine, func, select
 
 from convmatrix.db import ResultWriter, open_database
-from convmatrix.db.models import CaseRow, utcnow
+from convmatrix.db.models import CaseRow
 from convmatrix.db.records import (
     CASES,
     METRICS,
@@ -45,6 +45,7 @@ from convmatrix.db.records import (
     child_rows,
     encoded,
 )
+from convmatrix.db.tables import utcnow
 
 OUTPUTS = ("y", "dx", "dw")
 ROWS_PER_RESULT = 1 + len(OUTPUTS) + 1 + 1

@@ -155,7 +155,7 @@ def test_draws_reach_the_edges_of_a_narrow_contract():
 
 
 def _runs(url: str) -> list[Run]:
-    with Database(url) as database, database.reading() as session:
+    with Database(url) as database, database.session() as session:  # ORM rows: a session
         return list(session.scalars(select(Run).order_by(Run.id)))
 
 

@@ -140,9 +140,20 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-heavy = sorted(m for m in ("torch", "pytest", "alembic") if m in sys.modules)
+heavy = sorted(m for m in HEAVY if m in sys.modules)
 print("IMPORTED:" + ",".join(heavy))
 """
+
+
+def imported(argv: list[str], heavy: tuple[str, ...], cwd: Path | None = None) -> str:
+    """Which of ``heavy`` the command ``convmatrix argv`` imported, comma-separated."""
+    probe = f"HEAVY = {heavy!r}\n" + PROBE
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("IMPORTED:")), None)
+    assert line is not None, done.stdout + done.stderr
+    return line[len("IMPORTED:") :]
 
 
 @pytest.mark.parametrize(
@@ -166,11 +177,30 @@ def test_commands_that_touch_no_tensor_never_import_torch(argv, tmp_path):
             check=True,
             capture_output=True,
         )
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *env_argv], capture_output=True, text=True, timeout=120
-    )
-    line = next(x for x in done.stdout.splitlines() if x.startswith("IMPORTED:"))
-    assert line == "IMPORTED:", f"convmatrix {' '.join(argv)} imported {line[9:]}"
+    heavy = imported(env_argv, ("torch", "pytest", "alembic"))
+    assert heavy == "", f"convmatrix {' '.join(argv)} imported {heavy}"
+
+
+def test_commands_that_only_read_never_import_the_orm(tmp_path):
+    """``history``, ``report`` of a stored run and ``diff`` read through Core: importing
+    ``sqlalchemy.orm`` and mapping the classes was a fifth of their start-up (0.53-0.58 s
+    against a 0.5 s goal, docs/benchmarks.md). Nor does a stored report import Jinja2."""
+    from reports_support import synthetic_results, write_run
+
+    from convmatrix.db import open_database
+
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    engine = open_database(db)
+    for commit in ("a" * 40, "b" * 40):
+        write_run(engine, synthetic_results(20), commit=commit)
+    engine.dispose()
+    out = ["--out", str(tmp_path / "out")]
+    first = imported(["report", "2", "--db", db, *out], ("sqlalchemy.orm",))  # builds, stores
+    assert first == ""
+    for argv in (["report", "2", *out], ["history", "--dtype", "bf16"], ["diff", "1", "2"]):
+        heavy = imported([*argv, "--db", db], ("sqlalchemy.orm", "jinja2"), cwd=tmp_path)
+        allowed = {"jinja2"} if argv[0] == "diff" else set()  # diff renders its text anew
+        assert set(filter(None, heavy.split(","))) <= allowed, f"{' '.join(argv)}: {heavy}"
 
 
 def test_kernels_are_sorted_by_role_with_few_modules_at_the_top():

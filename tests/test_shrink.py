@@ -197,7 +197,7 @@ def test_shrink_command_prints_json_writes_a_matrix_records_and_attaches(tmp_pat
     [case] = expand_matrix(load_matrix(str(out)), load("tiled")).cases
     assert case.id == got["case_id"]
     # Recorded as a run of kind shrink; an event on the case's open regression.
-    with Database(db, existing=True) as database, database.reading() as session:
+    with Database(db, existing=True) as database, database.session() as session:
         recorded = resolve_run(session, got["recorded_run"])
         [result] = load_results(session, recorded.id)
         [regression] = list_regressions(session, case_id=case_id)

@@ -20,7 +20,7 @@ __all__ = ["add_arguments", "export_command"]
 def export_command(args: argparse.Namespace) -> int:
     if not args.runs and not args.all:
         raise UsageError("give the runs to export (RUN ...) or --all")
-    with Database(args.db, existing=True) as database, database.reading() as session:
+    with Database(args.db, existing=True) as database, database.session() as session:
         if args.all:
             runs = list(reversed(list_runs(session, limit=1_000_000, kinds=None)))  # oldest first
         else:

@@ -43,7 +43,7 @@ def _list(args: argparse.Namespace) -> int:
     unknown = [s for s in states if s not in TRANSITIONS]
     if unknown:
         raise UsageError(f"--state {unknown[0]!r}: choose from {', '.join(TRANSITIONS)}")
-    with Database(args.db, existing=True) as database, database.reading() as session:
+    with Database(args.db, existing=True) as database, database.session() as session:
         alerts = list_alerts(session, states=states, kernel=args.kernel)
     if args.case:
         alerts = [a for a in alerts if any(r.case_id.startswith(args.case) for r in a.regressions)]
@@ -97,7 +97,7 @@ def _set(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     target = args.id
-    with Database(args.db, existing=True) as database, database.reading() as session:
+    with Database(args.db, existing=True) as database, database.session() as session:
         if target.isdigit():
             _say("\n".join(get_alert(session, int(target)).lines()))
             return 0

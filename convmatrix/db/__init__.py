@@ -7,58 +7,46 @@ Typical use::
         run_id = writer.start_run(RunMeta(kernel=..., matrix=..., matrix_hash=...))
         for result in results:
             writer.add(result)                 # committed in batches
-    with Session(engine) as session:
-        run = resolve_run(session, "latest")
-        results = load_results(session, run.id)
-        points = history(session, "bfloat16")          # stored per-run summaries, live if running
-        counts = case_counts(session, "bfloat16", [p.run_id for p in points])
+    with engine.connect() as conn:                # or an ORM Session: queries take either
+        run = resolve_run(conn, "latest")
+        results = load_results(conn, run.id)
+        points = history(conn, "bfloat16")             # stored per-run summaries, live if running
+        counts = case_counts(conn, "bfloat16", [p.run_id for p in points])
+
+Names load on first use (``core.lazy``): a command that only reads imports the queries and
+Core, never the ORM and the writer.
 """
 
-from sqlalchemy.orm import Session
+from convmatrix.core.lazy import lazy_attributes
 
-from convmatrix.db.aggregates import aggregate_pending, aggregate_runs
-from convmatrix.db.engine import DEFAULT_URL, default_url, make_engine, redact_url
-from convmatrix.db.migrate import current_revision, ensure_schema, head_revision, open_database
-from convmatrix.db.queries import (
-    CasePair,
-    HistoryPoint,
-    OutputStats,
-    RunInfo,
-    case_counts,
-    case_pairs,
-    done_case_ids,
-    history,
-    list_runs,
-    load_results,
-    missing_shards,
-    resolve_run,
-)
-from convmatrix.db.writer import ResultWriter, reap_stale_runs
-
-__all__ = [
-    "DEFAULT_URL",
-    "CasePair",
-    "HistoryPoint",
-    "OutputStats",
-    "ResultWriter",
-    "RunInfo",
-    "Session",
-    "aggregate_pending",
-    "aggregate_runs",
-    "case_counts",
-    "case_pairs",
-    "current_revision",
-    "default_url",
-    "done_case_ids",
-    "ensure_schema",
-    "head_revision",
-    "history",
-    "list_runs",
-    "load_results",
-    "make_engine",
-    "missing_shards",
-    "open_database",
-    "reap_stale_runs",
-    "redact_url",
-    "resolve_run",
-]
+_WHERE = {
+    **dict.fromkeys(
+        ("DEFAULT_URL", "default_url", "make_engine", "redact_url"), "convmatrix.db.engine"
+    ),
+    **dict.fromkeys(("aggregate_pending", "aggregate_runs"), "convmatrix.db.aggregates"),
+    **dict.fromkeys(
+        ("current_revision", "ensure_schema", "head_revision", "open_database"),
+        "convmatrix.db.migrate",
+    ),
+    **dict.fromkeys(
+        (
+            "CasePair",
+            "HistoryPoint",
+            "OutputStats",
+            "RunInfo",
+            "case_counts",
+            "case_pairs",
+            "done_case_ids",
+            "history",
+            "list_runs",
+            "load_results",
+            "missing_shards",
+            "resolve_run",
+        ),
+        "convmatrix.db.queries",
+    ),
+    **dict.fromkeys(("ResultWriter", "reap_stale_runs"), "convmatrix.db.writer"),
+    "Session": "sqlalchemy.orm",  # for reading mapped rows (``db.models``) and writing
+}
+__all__ = sorted(_WHERE)
+__getattr__ = lazy_attributes(__name__, _WHERE)

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
-    Connection,
     Float,
     Select,
     case,
@@ -29,10 +28,12 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
 
 from convmatrix.core.records import OUTCOMES
-from convmatrix.db.models import CaseRow, MetricRow, Run, RunAggregateRow, RunCountRow, utcnow
+from convmatrix.db.tables import cases, metrics, run_counts, run_summaries, runs, utcnow
+
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
 
 __all__ = [
     "COUNT_COLUMNS",
@@ -49,7 +50,6 @@ SUMMARY_COLUMNS = (
 )  # fmt: skip
 COUNT_COLUMNS = ("run_id", "x_dtype", *(f"n_{o}" for o in OUTCOMES))
 
-Executor = Session | Connection
 _CHUNK = 100  # runs per statement when many are summarised at once (after an upgrade)
 
 
@@ -74,34 +74,35 @@ def summary_select(
     named (ties ordered by ``case_pk``), so the stored and the live answer agree.
     ``dtype``/``output`` restrict it (history's filters).
     """
+    m = metrics.c
     inf = literal(math.inf, Float)
-    rel = func.coalesce(MetricRow.e_rel, inf)
-    norm = func.coalesce(MetricRow.e_norm, inf)
-    group = (MetricRow.run_id, MetricRow.x_dtype, MetricRow.output)
-    conditions = [MetricRow.run_id.in_(list(run_ids))]
+    rel = func.coalesce(m.e_rel, inf)
+    norm = func.coalesce(m.e_norm, inf)
+    group = (m.run_id, m.x_dtype, m.output)
+    conditions = [m.run_id.in_(list(run_ids))]
     if dtype is not None:
-        conditions.append(MetricRow.x_dtype == dtype)
+        conditions.append(m.x_dtype == dtype)
     if output is not None:
-        conditions.append(MetricRow.output == output)
+        conditions.append(m.output == output)
     ranked = (
         select(
             *group,
-            MetricRow.passed,
-            MetricRow.case_pk,
+            m.passed,
+            m.case_pk,
             rel.label("rel"),
             norm.label("norm"),
-            MetricRow.bound_usage.label("usage"),
+            m.bound_usage.label("usage"),
             func.row_number()
-            .over(partition_by=group, order_by=(rel, MetricRow.case_pk.desc()))
+            .over(partition_by=group, order_by=(rel, m.case_pk.desc()))
             .label("rel_rank"),
             func.row_number().over(partition_by=group, order_by=norm).label("norm_rank"),
             # NULLs last on both backends (SQLite sorts them first by default): the ranks
             # 1..n_usage are the rows that recorded a usage.
             func.row_number()
-            .over(partition_by=group, order_by=MetricRow.bound_usage.asc().nulls_last())
+            .over(partition_by=group, order_by=m.bound_usage.asc().nulls_last())
             .label("usage_rank"),
             func.count().over(partition_by=group).label("n"),
-            func.count(MetricRow.bound_usage).over(partition_by=group).label("n_usage"),
+            func.count(m.bound_usage).over(partition_by=group).label("n_usage"),
         )
         .where(*conditions)
         .subquery()
@@ -129,30 +130,31 @@ def summary_select(
     g = per_group.c
     named = (
         *(g[c] for c in SUMMARY_COLUMNS[:-3]),
-        CaseRow.case_id.label("worst_case_id"),
+        cases.c.case_id.label("worst_case_id"),
         g.worst_usage,
         g.median_usage,
     )
-    return select(*named).join(CaseRow, CaseRow.id == g.worst_pk)
+    return select(*named).join(cases, cases.c.id == g.worst_pk)
 
 
 def count_select(run_ids: Sequence[int], *, dtype: str | None = None) -> Select[Any]:
     """Per (run, input dtype) of ``run_ids``: cases by outcome (``COUNT_COLUMNS``)."""
-    conditions = [CaseRow.run_id.in_(list(run_ids))]
+    c = cases.c
+    conditions = [c.run_id.in_(list(run_ids))]
     if dtype is not None:
-        conditions.append(CaseRow.x_dtype == dtype)
+        conditions.append(c.x_dtype == dtype)
     return (
         select(
-            CaseRow.run_id,
-            CaseRow.x_dtype,
-            *(func.sum(case((CaseRow.outcome == o, 1), else_=0)).label(f"n_{o}") for o in OUTCOMES),
+            c.run_id,
+            c.x_dtype,
+            *(func.sum(case((c.outcome == o, 1), else_=0)).label(f"n_{o}") for o in OUTCOMES),
         )
         .where(*conditions)
-        .group_by(CaseRow.run_id, CaseRow.x_dtype)
+        .group_by(c.run_id, c.x_dtype)
     )
 
 
-def aggregate_runs(db: Executor, run_ids: Sequence[int]) -> None:
+def aggregate_runs(db: Reader, run_ids: Sequence[int]) -> None:
     """(Re)compute the stored summaries of ``run_ids`` and mark them current.
 
     Runs inside the caller's transaction (the writer's, with its status update), so a reader
@@ -161,14 +163,14 @@ def aggregate_runs(db: Executor, run_ids: Sequence[int]) -> None:
     ordered = sorted(set(run_ids))
     for start in range(0, len(ordered), _CHUNK):
         ids = ordered[start : start + _CHUNK]
-        for model in (RunAggregateRow, RunCountRow):
-            db.execute(delete(model).where(model.run_id.in_(ids)))
-        db.execute(insert(RunAggregateRow).from_select(SUMMARY_COLUMNS, summary_select(ids)))
-        db.execute(insert(RunCountRow).from_select(COUNT_COLUMNS, count_select(ids)))
-        db.execute(update(Run).where(Run.id.in_(ids)).values(summarised_at=utcnow()))
+        for table in (run_summaries, run_counts):
+            db.execute(delete(table).where(table.c.run_id.in_(ids)))
+        db.execute(insert(run_summaries).from_select(SUMMARY_COLUMNS, summary_select(ids)))
+        db.execute(insert(run_counts).from_select(COUNT_COLUMNS, count_select(ids)))
+        db.execute(update(runs).where(runs.c.id.in_(ids)).values(summarised_at=utcnow()))
 
 
-def aggregate_pending(db: Executor) -> list[int]:
+def aggregate_pending(db: Reader) -> list[int]:
     """Summarise every run that stopped writing without a current summary; returns their ids.
 
     Used after a schema upgrade (runs written before summaries existed) and by tools that
@@ -176,7 +178,7 @@ def aggregate_pending(db: Executor) -> list[int]:
     """
     ids = list(
         db.execute(
-            select(Run.id).where(Run.summarised_at.is_(None), Run.status != "running")
+            select(runs.c.id).where(runs.c.summarised_at.is_(None), runs.c.status != "running")
         ).scalars()
     )
     aggregate_runs(db, ids)

@@ -1,4 +1,5 @@
-"""A results database opened once: its engine, the URL it was opened by, and sessions on it.
+"""A results database opened once: its engine, the URL it was opened by, and connections and
+sessions on it.
 
 Every command, the run pipeline and the served pages open the database here, and through one
 ``Database`` for as long as they work (a run scans, confirms and reports on the engine that
@@ -10,14 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Engine
 
 from convmatrix.core.errors import UsageError
 from convmatrix.db.engine import ENV_VAR, default_url, make_engine, redact_url, sqlite_file
 from convmatrix.db.engine import write_session as _write_session
 from convmatrix.db.migrate import SCHEMA_HEAD, current_revision, ensure_schema
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 __all__ = ["Database", "require_existing"]
 
@@ -83,8 +87,17 @@ class Database:
         """The URL for people: its password redacted."""
         return redact_url(self.url)
 
-    def reading(self) -> Session:
-        """A session for reading (use it as a context manager)."""
+    def reading(self) -> Connection:
+        """A Core connection for reading (use it as a context manager): what the queries of
+        ``db.queries`` and the reports take. It never imports the ORM, whose import and
+        mapping were a fifth of a reading command's start-up (docs/benchmarks.md)."""
+        return self.engine.connect()
+
+    def session(self) -> Session:
+        """An ORM session, for code that reads or changes mapped rows (regressions, alerts);
+        use it as a context manager."""
+        from sqlalchemy.orm import Session
+
         return Session(self.engine)
 
     @contextmanager

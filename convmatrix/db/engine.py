@@ -18,13 +18,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc, pool
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import ConvmatrixError, UsageError
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    # What queries read through: a Core connection (the reading commands, which never import
+    # the ORM: docs/benchmarks.md) or a Session (the writers and the served app).
+    Reader = Connection | Session
 
 __all__ = [
     "DEFAULT_URL",
@@ -208,6 +214,8 @@ def write_session(engine: Engine) -> Iterator[Session]:
 
     On SQLite the transaction takes the write lock up front (waiting up to the busy timeout).
     """
+    from sqlalchemy.orm import Session  # writers only: reading commands never import the ORM
+
     with Session(engine.execution_options(**{_WRITE: True})) as session, session.begin():
         yield session
 

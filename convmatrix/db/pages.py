@@ -15,33 +15,36 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from convmatrix.db.engine import write_session
-from convmatrix.db.models import Run, RunPageRow, RunShardRow
+from convmatrix.db.engine import write_connection
+from convmatrix.db.tables import run_pages, run_shards, runs
+
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
 
 __all__ = ["keep_page", "page_stamp", "read_page", "run_state"]
 
-_PAGES = RunPageRow.__table__
+_PAGES = run_pages
 # Every column of the run's row but the writing process's signs of life: what a page may show
 # of the run (status, counts, label, versions, ...) and when its results last changed.
-_STATE = tuple(c for c in Run.__table__.c if c.name not in ("heartbeat_at", "pid"))
+_STATE = tuple(c for c in runs.c if c.name not in ("heartbeat_at", "pid"))
 
 
-def run_state(session: Session, run_id: int) -> str | None:
+def run_state(session: Reader, run_id: int) -> str | None:
     """What a stored page of run ``run_id`` depends on, as text; ``None`` while the run can
     still change: not finished, results written since its summary, or a shard missing."""
-    row = session.execute(select(*_STATE).where(Run.__table__.c.id == run_id)).one_or_none()
+    row = session.execute(select(*_STATE).where(runs.c.id == run_id)).one_or_none()
     if row is None or row.status != "finished" or row.summarised_at is None:
         return None
     shards = ""
     if row.shard_count:
         done = session.scalars(
-            select(RunShardRow.shard).where(
-                RunShardRow.run_id == run_id, RunShardRow.status == "finished"
+            select(run_shards.c.shard).where(
+                run_shards.c.run_id == run_id, run_shards.c.status == "finished"
             )
         ).all()
         if len(done) < row.shard_count:
@@ -58,7 +61,7 @@ def page_stamp(state: str, parts: Iterable[object]) -> str:
     return digest.hexdigest()
 
 
-def read_page(session: Session, run_id: int, name: str, stamp: str) -> str | None:
+def read_page(session: Reader, run_id: int, name: str, stamp: str) -> str | None:
     """The stored page, if one was stored under this stamp."""
     body = session.scalar(
         select(_PAGES.c.body).where(
@@ -75,10 +78,10 @@ def keep_page(engine: Engine, run_id: int, name: str, stamp: str, text: str) -> 
     more: the caller serves the page it built either way."""
     body = zlib.compress(text.encode(), 1)  # level 1: a 4 MB page in ~20 ms, ~8x smaller
     try:
-        with write_session(engine) as session:
+        with write_connection(engine, foreign_keys=True) as conn:
             where = (_PAGES.c.run_id == run_id, _PAGES.c.name == name)
-            session.execute(delete(_PAGES).where(*where))
-            session.execute(insert(_PAGES).values(run_id=run_id, name=name, stamp=stamp, body=body))
+            conn.execute(delete(_PAGES).where(*where))
+            conn.execute(insert(_PAGES).values(run_id=run_id, name=name, stamp=stamp, body=body))
     except SQLAlchemyError:
         return False
     return True

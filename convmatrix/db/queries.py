@@ -14,28 +14,30 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import or_, select, union_all
-from sqlalchemy.orm import Session
+from sqlalchemy import Row, or_, select, union_all
 
 from convmatrix.core.errors import InputError, UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult
 from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.aggregates import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
-from convmatrix.db.models import (
+from convmatrix.db.records import result_from_rows
+from convmatrix.db.tables import (
     STALE_HEARTBEAT_S,
-    CaseRow,
-    MetricRow,
-    PropertyRow,
-    Run,
-    RunAggregateRow,
-    RunCountRow,
-    RunShardRow,
-    TimingRow,
+    cases,
+    metrics,
+    properties,
+    run_counts,
+    run_shards,
+    run_summaries,
+    runs,
+    timings,
     utcnow,
 )
-from convmatrix.db.records import result_from_rows
+
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
 
 __all__ = [
     "CasePair",
@@ -146,7 +148,8 @@ class RunInfo:
         )
 
 
-def _run_info(run: Run) -> RunInfo:
+def _run_info(run: Row[Any]) -> RunInfo:
+    """From a row of ``runs`` (or an ORM ``Run``: the same attribute names)."""
     return RunInfo(
         id=run.id,
         kernel=run.kernel,
@@ -176,22 +179,23 @@ def _run_info(run: Run) -> RunInfo:
 
 
 def list_runs(
-    session: Session,
+    session: Reader,
     *,
     kernel: str | None = None,
     limit: int = 50,
     kinds: Sequence[str] | None = ("run",),
 ) -> list[RunInfo]:
     """The newest runs first; of these ``kinds`` (None: every kind; by default plain runs)."""
-    query = select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+    r = runs.c
+    query = select(runs).order_by(r.started_at.desc(), r.id.desc()).limit(limit)
     if kernel is not None:
-        query = query.where(Run.kernel == kernel)
+        query = query.where(r.kernel == kernel)
     if kinds is not None:
-        query = query.where(Run.kind.in_(list(kinds)))
-    return [_run_info(run) for run in session.scalars(query)]
+        query = query.where(r.kind.in_(list(kinds)))
+    return [_run_info(run) for run in session.execute(query)]
 
 
-def resolve_run(session: Session, spec: str | int) -> RunInfo:
+def resolve_run(session: Reader, spec: str | int) -> RunInfo:
     """The run ``spec`` names: an id, ``latest`` (the newest plain run: not a confirm, bisect
     or adequacy run), a label, or a kernel commit (prefix); where a label or commit matches
     several runs of which one is a plain run, that one.
@@ -204,28 +208,28 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
         raise InputError(
             f"run {shown!r} ({len(text)} characters): not a run id, label or kernel commit"
         )
+    r = runs.c
     if text == "latest":
-        newest = select(Run).where(Run.kind == "run").order_by(Run.started_at.desc(), Run.id.desc())
-        runs = session.scalars(newest.limit(1))
-        found = [_run_info(r) for r in runs]
-        if not found:
+        newest = select(runs).where(r.kind == "run").order_by(r.started_at.desc(), r.id.desc())
+        found = session.execute(newest.limit(1)).first()
+        if found is None:
             raise UsageError("run 'latest': the database holds no runs yet")
-        return found[0]
+        return _run_info(found)
     is_id = text.isascii() and text.isdigit() and int(text) <= MAX_ID  # a BIGINT holds it
-    if is_id and (run := session.get(Run, int(text))) is not None:
+    if is_id and (run := session.execute(select(runs).where(r.id == int(text))).first()):
         return _run_info(run)
     matches = [
-        _run_info(r)
-        for r in session.scalars(
-            select(Run)
+        _run_info(row)
+        for row in session.execute(
+            select(runs)
             .where(
                 or_(
-                    Run.label == text,
-                    Run.shard_label == text,
-                    Run.kernel_commit.startswith(text, autoescape=True),
+                    r.label == text,
+                    r.shard_label == text,
+                    r.kernel_commit.startswith(text, autoescape=True),
                 )
             )
-            .order_by(Run.started_at, Run.id)
+            .order_by(r.started_at, r.id)
         )
     ]
     plain = [m for m in matches if m.kind == "run"]
@@ -239,15 +243,14 @@ def resolve_run(session: Session, spec: str | int) -> RunInfo:
     raise UsageError(f"run {text!r} is ambiguous; give one of these ids:\n  {listed}")
 
 
-def missing_shards(session: Session, run_id: int, count: int | None) -> list[str]:
+def missing_shards(session: Reader, run_id: int, count: int | None) -> list[str]:
     """The shards of a sharded run that have not reported (finished), each with what is
     known of it: ``2/4 never started``, ``1/4 running on host-b``, ``3/4 interrupted on ...``.
     Empty for a run that is not sharded or whose shards all finished."""
     if not count:
         return []
-    rows = {
-        r.shard: r for r in session.scalars(select(RunShardRow).where(RunShardRow.run_id == run_id))
-    }
+    query = select(run_shards).where(run_shards.c.run_id == run_id)
+    rows = {r.shard: r for r in session.execute(query)}
     missing = []
     for index in range(count):
         row = rows.get(index)
@@ -258,26 +261,26 @@ def missing_shards(session: Session, run_id: int, count: int | None) -> list[str
     return missing
 
 
-def done_case_ids(session: Session, run_id: int) -> set[str]:
+def done_case_ids(session: Reader, run_id: int) -> set[str]:
     """Ids of the cases the run already holds a result for (``--resume`` skips them)."""
-    return set(session.scalars(select(CaseRow.case_id).where(CaseRow.run_id == run_id)))
+    return set(session.scalars(select(cases.c.case_id).where(cases.c.run_id == run_id)))
 
 
-def load_results(session: Session, run_id: int) -> list[CaseResult]:
+def load_results(session: Reader, run_id: int) -> list[CaseResult]:
     """Every stored result of the run, rebuilt as ``CaseResult`` records, in write order."""
-    cases = session.execute(
-        select(CaseRow.__table__).where(CaseRow.run_id == run_id).order_by(CaseRow.id)
+    case_rows = session.execute(
+        select(cases).where(cases.c.run_id == run_id).order_by(cases.c.id)
     ).all()
     children: list[dict[int, list[Any]]] = []
-    for model in (MetricRow, PropertyRow, TimingRow):
+    for table in (metrics, properties, timings):
         by_case: dict[int, list[Any]] = {}
-        rows = session.execute(
-            select(model.__table__).where(model.run_id == run_id).order_by(model.id)
-        )
+        rows = session.execute(select(table).where(table.c.run_id == run_id).order_by(table.c.id))
         for row in rows:
             by_case.setdefault(row.case_pk, []).append(row)
         children.append(by_case)
-    return [result_from_rows(c, *(by_case.get(c.id, []) for by_case in children)) for c in cases]
+    return [
+        result_from_rows(c, *(by_case.get(c.id, []) for by_case in children)) for c in case_rows
+    ]
 
 
 @dataclass(frozen=True)
@@ -289,7 +292,7 @@ class CasePair:
     head: CaseResult | None
 
 
-def case_pairs(session: Session, base_run: int, head_run: int) -> list[CasePair]:
+def case_pairs(session: Reader, base_run: int, head_run: int) -> list[CasePair]:
     """Results of two runs matched by case id: head's order first, then base-only cases."""
     base = {r.case.id: r for r in load_results(session, base_run)}
     head = {r.case.id: r for r in load_results(session, head_run)}
@@ -337,15 +340,15 @@ def _float(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _unsummarised(session: Session, *conditions: Any) -> list[int]:
+def _unsummarised(session: Reader, *conditions: Any) -> list[int]:
     """Ids of the runs (among ``conditions``) whose numbers must be computed live: running, or
     written since their summary. Usually none or one, so the live part stays small."""
-    query = select(Run.id).where(Run.summarised_at.is_(None), *conditions)
+    query = select(runs.c.id).where(runs.c.summarised_at.is_(None), *conditions)
     return list(session.scalars(query))
 
 
 def history(
-    session: Session,
+    session: Reader,
     dtype: str,
     *,
     kernel: str | None = None,
@@ -360,14 +363,15 @@ def history(
     (``summaries.summary_select``), so both give the same numbers. A run summarised while this
     reads is taken live (its id was listed first), never twice.
     """
-    conditions: list[Any] = [Run.kind == "run"]  # history points are plain runs only
+    r = runs.c
+    conditions: list[Any] = [r.kind == "run"]  # history points are plain runs only
     if kernel is not None:
-        conditions.append(Run.kernel == kernel)
+        conditions.append(r.kernel == kernel)
     if since is not None:
-        conditions.append(Run.started_at >= _aware(since))
+        conditions.append(r.started_at >= _aware(since))
     live = _unsummarised(session, *conditions)
-    kept = RunAggregateRow
-    stored = select(*(getattr(kept, c) for c in SUMMARY_COLUMNS)).where(kept.x_dtype == dtype)
+    kept = run_summaries.c
+    stored = select(*(kept[c] for c in SUMMARY_COLUMNS)).where(kept.x_dtype == dtype)
     if output is not None:
         stored = stored.where(kept.output == output)
     if live:
@@ -378,10 +382,10 @@ def history(
         per_run = stored.subquery()
     c = per_run.c
     rows = session.execute(
-        select(c.run_id, Run.started_at, Run.kernel, Run.kernel_commit, Run.label)
-        .add_columns(Run.device_kind, c.output, c.cases, c.passed, c.worst_rel, c.median_rel)
+        select(c.run_id, r.started_at, r.kernel, r.kernel_commit, r.label)
+        .add_columns(r.device_kind, c.output, c.cases, c.passed, c.worst_rel, c.median_rel)
         .add_columns(c.worst_norm, c.median_norm, c.worst_case_id, c.worst_usage, c.median_usage)
-        .join(Run, Run.id == c.run_id)
+        .join(runs, r.id == c.run_id)
         .where(*conditions)
     )
     # In HistoryPoint's field order, unpacked by position: a point per run and output can be
@@ -401,7 +405,7 @@ def history(
     return points
 
 
-def case_counts(session: Session, dtype: str, run_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+def case_counts(session: Reader, dtype: str, run_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     """run id -> outcome -> cases with input dtype ``dtype`` in that run (every outcome
     present; runs without such cases absent): the case count and pass rate history shows.
 
@@ -410,9 +414,9 @@ def case_counts(session: Session, dtype: str, run_ids: Sequence[int]) -> dict[in
     ids = sorted(set(run_ids))
     if not ids:
         return {}
-    live = _unsummarised(session, Run.id.in_(ids))
-    kept = RunCountRow
-    query = select(*(getattr(kept, c) for c in COUNT_COLUMNS)).where(
+    live = _unsummarised(session, runs.c.id.in_(ids))
+    kept = run_counts.c
+    query = select(*(kept[c] for c in COUNT_COLUMNS)).where(
         kept.x_dtype == dtype, kept.run_id.in_(ids)
     )
     if live:

@@ -37,7 +37,7 @@ from convmatrix.core.records import (
     TimingResult,
 )
 from convmatrix.core.verdict import judged_dtype
-from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, TimingRow
+from convmatrix.db.tables import cases, metrics, properties, timings
 
 __all__ = [
     "CASES",
@@ -175,14 +175,14 @@ _case_columns = attrgetter(*CASE_COLUMNS)
 _metric_fields = attrgetter(*_METRIC_FIELDS)
 _timing_fields = attrgetter(*_TIMING_FIELDS)
 
-CASES = Layout(CaseRow.__table__, (
+CASES = Layout(cases, (
     "run_id", "case_id", *CASE_COLUMNS, "packed", "params", "outcome", "message", "duration_s",
     "worker", "peak_mem_mb", "host", "device_index", "retries", "retry_reason", "phases",
     "created_at",
 ))  # fmt: skip
-METRICS = Layout(MetricRow.__table__, ("case_pk", "run_id", "x_dtype", *_METRIC_FIELDS))
-PROPERTIES = Layout(PropertyRow.__table__, ("case_pk", "run_id", "name", "passed", "detail"))
-TIMINGS = Layout(TimingRow.__table__, ("case_pk", "run_id", *_TIMING_FIELDS))
+METRICS = Layout(metrics, ("case_pk", "run_id", "x_dtype", *_METRIC_FIELDS))
+PROPERTIES = Layout(properties, ("case_pk", "run_id", "name", "passed", "detail"))
+TIMINGS = Layout(timings, ("case_pk", "run_id", *_TIMING_FIELDS))
 
 
 def case_row(result: CaseResult, run_id: int, created_at: datetime) -> tuple[Any, ...]:

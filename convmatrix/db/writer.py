@@ -37,23 +37,21 @@ from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta, run_identity
+from convmatrix.db import tables
 from convmatrix.db.aggregates import aggregate_runs
 from convmatrix.db.engine import connection_error, redact_argv, redact_url, write_session
 from convmatrix.db.journal import Journal, journal_paths, meta_values, read_journal, run_line
 from convmatrix.db.migrate import ensure_schema
-from convmatrix.db.models import (
-    HEARTBEAT_S,
-    RUN_STATUSES,
-    STALE_HEARTBEAT_S,
-    CaseRow,
-    MetricRow,
-    PropertyRow,
-    Run,
-    RunShardRow,
-    TimingRow,
-    utcnow,
+from convmatrix.db.models import CaseRow, Run, RunShardRow
+from convmatrix.db.records import (
+    CASES,
+    METRICS,
+    PROPERTIES,
+    TIMINGS,
+    case_row,
+    child_rows,
 )
-from convmatrix.db.records import CASES, METRICS, PROPERTIES, TIMINGS, case_row, child_rows
+from convmatrix.db.tables import HEARTBEAT_S, RUN_STATUSES, STALE_HEARTBEAT_S, utcnow
 
 __all__ = [
     "DEFAULT_RETRY_S",
@@ -126,14 +124,14 @@ def write_results(session: Session, run_id: int, batch: list[CaseResult]) -> Non
     delta.subtract(replaced)
     # Increments, not values: shards of one run write their batches concurrently.
     # The summary no longer matches: history computes this run live until it stops.
-    runs = Run.__table__.c
-    values: dict[str, Any] = {f"n_{o}": runs[f"n_{o}"] + n for o, n in delta.items() if n}
+    r = tables.runs.c
+    values: dict[str, Any] = {f"n_{o}": r[f"n_{o}"] + n for o, n in delta.items() if n}
     connection.execute(
-        update(Run.__table__).where(runs.id == run_id).values(**values, summarised_at=None)
+        update(tables.runs).where(r.id == run_id).values(**values, summarised_at=None)
     )
 
 
-_CASES = CaseRow.__table__.c
+_CASES = tables.cases.c
 
 
 def _case_pks(connection: Connection, run_id: int, case_ids: list[str]) -> dict[str, int]:
@@ -157,12 +155,11 @@ def _drop_stored(connection: Connection, run_id: int, case_ids: list[str]) -> li
     old = connection.execute(select(_CASES.id, _CASES.outcome).where(*where)).all()
     if old:
         pks = [pk for pk, _ in old]
-        for model in (MetricRow, PropertyRow, TimingRow):
-            table = model.__table__
+        for table in (tables.metrics, tables.properties, tables.timings):
             connection.execute(
                 delete(table).where(table.c.run_id == run_id, table.c.case_pk.in_(pks))
             )
-        connection.execute(delete(CaseRow.__table__).where(_CASES.id.in_(pks)))
+        connection.execute(delete(tables.cases).where(_CASES.id.in_(pks)))
     return [outcome for _, outcome in old]
 
 

@@ -29,8 +29,8 @@ from convmatrix.core.devices import discover
 from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
 from convmatrix.db.engine import absolute_url
-from convmatrix.db.models import Run
 from convmatrix.db.queries import RunInfo
+from convmatrix.db.tables import runs
 from convmatrix.pipeline.steps import RunState, execute, prepare, walk
 from convmatrix.runners.controller import load_kernel
 from convmatrix.runners.options import RunOptions
@@ -127,7 +127,10 @@ def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> i
         raise UsageError(f"confirm: the rerun in the worktree failed: {reason[-1:]}")
     with database.reading() as session:
         rerun = session.scalar(
-            select(Run.id).where(Run.label == options.label).order_by(Run.id.desc()).limit(1)
+            select(runs.c.id)
+            .where(runs.c.label == options.label)
+            .order_by(runs.c.id.desc())
+            .limit(1)
         )
     if rerun is None:
         raise UsageError("confirm: the rerun in the worktree recorded no run")

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING
 
 from convmatrix.compare.errors import Declared
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
@@ -14,6 +13,9 @@ from convmatrix.compare.timing.history import HistoryRule, TimingHistory, histor
 from convmatrix.core.records import CaseResult
 from convmatrix.reports.source import LoadedRun, earlier_runs, load_run, previous_run
 from convmatrix.reports.viewmodel import RunHeader, shard_lines
+
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
 
 __all__ = ["DiffView", "build_diff", "diff_runs", "diff_text"]
 
@@ -42,9 +44,7 @@ def build_diff(
     return DiffView(**sections, base=base, head=head)
 
 
-def _timing_history(
-    session: Session, head: LoadedRun, rule: HistoryRule, url: str
-) -> TimingHistory:
+def _timing_history(session: Reader, head: LoadedRun, rule: HistoryRule, url: str) -> TimingHistory:
     """HEAD's timings against the runs of its kernel, matrix and device before it."""
     lineage = list(reversed(earlier_runs(session, head.info, rule.window + rule.confirm - 1)))
     runs = [(r.id, {x.case.id: x.timings for x in load_run(session, str(r.id), url).results})
@@ -54,7 +54,7 @@ def _timing_history(
 
 
 def diff_runs(
-    session: Session,
+    session: Reader,
     url: str,
     base: str | None,
     head: str,

@@ -13,9 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from convmatrix.core.bounds import DEFAULT_SAFETY
 from convmatrix.core.dtypes import parse_case_dtype
@@ -24,6 +22,9 @@ from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.engine import redact_url
 from convmatrix.db.queries import HistoryPoint, OutputStats, history
 from convmatrix.reports.source import run_case_counts
+
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
 
 __all__ = [
     "HistoryRun",
@@ -96,7 +97,7 @@ def parse_since(text: str | None) -> datetime | None:
 
 
 def load_history(
-    session: Session,
+    session: Reader,
     url: str,
     dtype: str,
     *,

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy.orm import Session
-
 from convmatrix.reports.stored import StoredRun
 from convmatrix.reports.viewmodel import RunHeader, json_text, out_dir, write_pages
+
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
 
 if TYPE_CHECKING:
     from convmatrix.reports.run_view import RunView
@@ -29,7 +30,7 @@ class RunReport:
     html: Path
 
 
-def write_run_report(session: Session, spec: str | int, url: str, out: Path) -> RunReport:
+def write_run_report(session: Reader, spec: str | int, url: str, out: Path) -> RunReport:
     """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into ``out``."""
     stored = StoredRun(session, spec, url)
     out_dir(Path(out))  # nothing can be written there: refused before a page is stored

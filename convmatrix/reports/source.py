@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
@@ -22,8 +22,11 @@ from convmatrix.db import (
     missing_shards,
     resolve_run,
 )
-from convmatrix.db.models import Run
+from convmatrix.db.tables import runs
 from convmatrix.reports.viewmodel import RunHeader, run_header
+
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
 
 __all__ = [
     "LoadedRun",
@@ -42,7 +45,7 @@ class LoadedRun:
     results: list[CaseResult]
 
 
-def find_run(session: Session, spec: str, *, what: str = "RUN") -> RunInfo:
+def find_run(session: Reader, spec: str, *, what: str = "RUN") -> RunInfo:
     """The run ``spec`` names (id, ``latest``, label or commit); errors start with ``what``."""
     try:
         return resolve_run(session, spec)
@@ -51,7 +54,7 @@ def find_run(session: Session, spec: str, *, what: str = "RUN") -> RunInfo:
 
 
 def load_run(
-    session: Session, spec: str, url: str, *, what: str = "RUN", info: RunInfo | None = None
+    session: Reader, spec: str, url: str, *, what: str = "RUN", info: RunInfo | None = None
 ) -> LoadedRun:
     """The run ``spec`` names (or ``info``, found before) with every stored result."""
     info = info or find_run(session, spec, what=what)
@@ -61,37 +64,38 @@ def load_run(
     return LoadedRun(info=info, header=header, results=results)
 
 
-def previous_run(session: Session, run: RunInfo) -> RunInfo | None:
+def previous_run(session: Reader, run: RunInfo) -> RunInfo | None:
     """The newest plain run before ``run`` of the same kernel, matrix and device kind: what a
     nightly diff compares against. Uses the (kernel, started_at) index."""
     found = earlier_runs(session, run, 1)
     return found[0] if found else None
 
 
-def earlier_runs(session: Session, run: RunInfo, limit: int) -> list[RunInfo]:
+def earlier_runs(session: Reader, run: RunInfo, limit: int) -> list[RunInfo]:
     """Up to ``limit`` plain runs before ``run`` of the same kernel, matrix and device kind,
     newest first (a run's baseline, the history a timing is judged against); confirm, bisect
     and adequacy runs are never a baseline."""
+    r = runs.c
     rows = session.scalars(
-        select(Run.id)
+        select(r.id)
         .where(
-            Run.kind == "run",
-            Run.kernel == run.kernel,
-            Run.matrix == run.matrix,
-            Run.device_kind == run.device_kind,
+            r.kind == "run",
+            r.kernel == run.kernel,
+            r.matrix == run.matrix,
+            r.device_kind == run.device_kind,
             or_(
-                Run.started_at < run.started_at,
-                and_(Run.started_at == run.started_at, Run.id < run.id),
+                r.started_at < run.started_at,
+                and_(r.started_at == run.started_at, r.id < run.id),
             ),
         )
-        .order_by(Run.started_at.desc(), Run.id.desc())
+        .order_by(r.started_at.desc(), r.id.desc())
         .limit(limit)
     ).all()
     return [resolve_run(session, row) for row in rows]
 
 
 def run_case_counts(
-    session: Session, dtype: str, run_ids: Sequence[int]
+    session: Reader, dtype: str, run_ids: Sequence[int]
 ) -> dict[int, tuple[int, int, int]]:
     """run id -> (cases, passed, bad) among the run's cases with input dtype ``dtype``.
 

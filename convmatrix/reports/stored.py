@@ -22,8 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Engine
 
 from convmatrix.core import __version__
 from convmatrix.db.engine import redact_url
@@ -32,6 +31,7 @@ from convmatrix.db.queries import RunInfo
 from convmatrix.reports.source import find_run, load_run
 
 if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
     from convmatrix.reports.run_view import RunView
 
 __all__ = ["StoredRun"]
@@ -56,7 +56,7 @@ def code_version() -> str:
 class StoredRun:
     """One run's pages, read from where they are stored or built (see the module's text)."""
 
-    def __init__(self, session: Session, spec: str | int, url: str, *, what: str = "RUN"):
+    def __init__(self, session: Reader, spec: str | int, url: str, *, what: str = "RUN"):
         self.session = session
         self.url = url
         self.info: RunInfo = find_run(session, str(spec), what=what)
@@ -81,14 +81,15 @@ class StoredRun:
         text = read_page(self.session, *key)
         if text is not None:
             return text
-        bind = self.session.get_bind()
-        if not isinstance(bind, Engine):  # a caller's own connection: build, store nothing
+        reader = self.session
+        bind = reader.engine if isinstance(reader, Connection) else reader.get_bind()
+        if not isinstance(bind, Engine):  # a session on a caller's connection: store nothing
             return build(self.view())
         with _lock:
             building = _building.setdefault(key, threading.Lock())
         with building:  # one build per page at a time; the others wait, then read it
             try:
-                with Session(bind) as fresh:  # this session's snapshot may predate that store
+                with bind.connect() as fresh:  # the reader's snapshot may predate that store
                     text = read_page(fresh, *key)
                 if text is None:
                     text = build(self.view())

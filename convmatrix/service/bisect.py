@@ -152,7 +152,7 @@ def plan_bisection(database: Database, asked: Asked) -> tuple[BisectRequest, int
     its last good and first bad commits, its case, and the kernel and matrix of its first bad
     run; explicit values win; ``run`` gives kernel and matrix."""
     good, bad, case_id, run, alert_id = asked.good, asked.bad, asked.case_id, asked.run, None
-    with database.reading() as session:
+    with database.session() as session:
         if asked.regression is not None:
             found = list_regressions(session, ids=[asked.regression])
             if not found:

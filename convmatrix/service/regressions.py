@@ -23,7 +23,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import InputError, UsageError
-from convmatrix.db.models import REGRESSION_STATES, RegressionEventRow, RegressionRow, utcnow
+from convmatrix.db.models import RegressionEventRow, RegressionRow
+from convmatrix.db.tables import REGRESSION_STATES, utcnow
 
 __all__ = [
     "OPEN_STATES",

@@ -34,8 +34,9 @@ from convmatrix.compare.errors import Declared
 from convmatrix.compare.findings import Finding, findings
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
-from convmatrix.db.models import AlertRow, RegressionRow, Run, utcnow
+from convmatrix.db.models import AlertRow, RegressionRow, Run
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
+from convmatrix.db.tables import utcnow
 from convmatrix.reports.explain import explain
 from convmatrix.reports.source import earlier_runs
 from convmatrix.service.regressions import Regression, plain, record_event

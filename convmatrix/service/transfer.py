@@ -30,18 +30,10 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, RUN_KINDS, CaseResult, RunMeta
 from convmatrix.db.aggregates import aggregate_runs
 from convmatrix.db.engine import redact_argv, write_session
-from convmatrix.db.models import (
-    REGRESSION_KINDS,
-    REGRESSION_STATES,
-    RUN_STATUSES,
-    AlertRow,
-    RegressionEventRow,
-    RegressionRow,
-    Run,
-    utcnow,
-)
+from convmatrix.db.models import AlertRow, RegressionEventRow, RegressionRow, Run
 from convmatrix.db.queries import RunInfo, load_results
 from convmatrix.db.records import CASES, METRICS, PROPERTIES, TIMINGS, case_row, child_rows
+from convmatrix.db.tables import REGRESSION_KINDS, REGRESSION_STATES, RUN_STATUSES, utcnow
 from convmatrix.db.validate import check_moment, check_row
 from convmatrix.db.writer import count_values, run_counts, run_values, write_results
 
