@@ -4,6 +4,7 @@ real PostgreSQL server (and SQLite); completeness and the missing-shard report."
 from __future__ import annotations
 
 import subprocess
+import threading
 
 import pytest
 from runner_helpers import LIMIT_S, child_env, convmatrix_cmd, results, runs
@@ -163,3 +164,39 @@ def test_the_label_comes_from_the_ci_build_when_not_given():
 def test_bad_shard_arguments_say_what_is_wrong(spec, label, env, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
         parse_shard(spec, label, env)
+
+
+@pytest.mark.postgres
+def test_the_last_of_two_shards_closing_at_once_finishes_the_run(postgres_url):
+    """Shard 0's close is in flight (its shard row updated, not yet committed) when shard 1
+    closes: shard 1 must wait for it and then see both finished. Without the run's row
+    locked first, each read the other's shard as running (read committed) and the run of
+    two finished shards stayed ``running`` for good."""
+    from db_fixtures import fake_meta
+    from sqlalchemy import select, update
+
+    from convmatrix.db import ResultWriter, open_database
+    from convmatrix.db.tables import run_shards, runs
+
+    engine = open_database(postgres_url)
+    writers = [ResultWriter(engine, url=postgres_url) for _ in range(2)]
+    run_id = writers[0].join_sharded_run(fake_meta(), "race", 2, 0)
+    assert writers[1].join_sharded_run(fake_meta(), "race", 2, 1) == run_id
+    closed: list[str] = []
+    with engine.connect() as first:  # shard 0 closing, as its writer does, held open
+        first.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
+        mine = (run_shards.c.run_id == run_id, run_shards.c.shard == 0)
+        first.execute(update(run_shards).where(*mine).values(status="finished"))
+        closer = threading.Thread(
+            target=lambda: closed.append(writers[1].finish_shard(1, "finished"))
+        )
+        closer.start()
+        closer.join(timeout=2)
+        assert closer.is_alive(), "shard 1 closed without waiting for shard 0's close"
+        first.commit()
+    closer.join(timeout=LIMIT_S)
+    assert closed == ["finished"]
+    with engine.connect() as conn:
+        assert conn.scalar(select(runs.c.status).where(runs.c.id == run_id)) == "finished"
+    assert writers[0].finish_shard(0, "finished") == "finished"  # its heartbeat stops
+    engine.dispose()

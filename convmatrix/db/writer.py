@@ -400,13 +400,16 @@ class ResultWriter:
 
     def _close_shard(self, run_id: int, shard: int, status: str) -> str:
         with write_session(self.engine) as session:
+            # The run's row locked first, so shards closing at once close one at a time: on
+            # PostgreSQL (read committed) two closers each saw the other's shard still
+            # running and left a finished run ``running`` (SQLite locks up front anyway).
+            run = session.get(Run, run_id, with_for_update=True)
+            assert run is not None and run.shard_count is not None
             session.execute(
                 update(RunShardRow)
                 .where(RunShardRow.run_id == run_id, RunShardRow.shard == shard)
                 .values(status=status, finished_at=utcnow())
             )
-            run = session.get(Run, run_id)
-            assert run is not None and run.shard_count is not None
             rows = session.scalars(select(RunShardRow).where(RunShardRow.run_id == run_id))
             return shard_status(run.shard_count, {r.shard: r.status for r in rows})
 
