@@ -43,7 +43,6 @@ from convmatrix.db.records import (
     Layout,
     case_row,
     child_rows,
-    encoded,
 )
 from convmatrix.db.tables import utcnow
 
@@ -105,8 +104,8 @@ def floor_seconds(engine: Engine, results: list[Any], batch_size: int) -> float:
         for layout, rows in zip(
             (_CASES_WITH_ID, METRICS, PROPERTIES, TIMINGS), tables, strict=True
         ):
-            sql, encoders = layout.prepared(dialect)
-            prepared.append((sql, [encoded(row, encoders) for row in rows]))
+            sql, encode = layout.prepared(dialect)
+            prepared.append((sql, list(map(encode, rows)) if encode else rows))
         batches.append(prepared)
     start = time.perf_counter()
     for prepared in batches:

@@ -28,6 +28,18 @@ def _escape(ch: str) -> str:
     return f"\\u{code:04x}"  # a lone surrogate
 
 
+def _surrogate_free(text: str) -> bool:
+    """No lone surrogate in ``text``: exactly what strict UTF-8 refuses to encode. Checked in
+    C (a Python test per character cost the writer more than its SQL on long details)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def clean_text(text: str | None, limit: int = MAX_TEXT) -> str | None:
     """``text`` with lone surrogates and NUL written as backslash escapes and anything past
     ``limit`` characters replaced by ``... [N more chars]``; None stays None. Idempotent."""
@@ -35,7 +47,7 @@ def clean_text(text: str | None, limit: int = MAX_TEXT) -> str | None:
         return None
     if not isinstance(text, str):
         text = str(text)
-    if "\x00" in text or any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+    if "\x00" in text or not _surrogate_free(text):
         text = "".join(_escape(c) if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
     if len(text) > limit:
         marker = f"... [{len(text) - limit} more chars]"

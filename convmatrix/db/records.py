@@ -41,6 +41,7 @@ from convmatrix.db.tables import cases, metrics, properties, timings
 
 __all__ = [
     "CASES",
+    "CASES_WITH_ID",
     "CASE_COLUMNS",
     "METRICS",
     "PROPERTIES",
@@ -48,7 +49,6 @@ __all__ = [
     "Layout",
     "case_row",
     "child_rows",
-    "encoded",
     "result_from_rows",
 ]
 
@@ -81,23 +81,16 @@ class Layout:
         but the JSON and timestamp columns' own bind processors."""
         if not rows:
             return
-        sql, encoders = self.prepared(connection.dialect)
-        if encoders:
-            rows = [encoded(row, encoders) for row in rows]
+        sql, encode = self.prepared(connection.dialect)
+        if encode is not None:
+            rows = list(map(encode, rows))
         connection.exec_driver_sql(sql, rows)  # type: ignore[arg-type]
 
-    def prepared(self, dialect: Dialect) -> tuple[str, tuple[tuple[int, Any], ...]]:
-        """The INSERT for ``dialect``'s driver, and (index, bind processor) of each column
-        whose values the driver cannot take as they are (``encoded`` applies them)."""
+    def prepared(self, dialect: Dialect) -> tuple[str, Callable[[tuple[Any, ...]], Any] | None]:
+        """The INSERT for ``dialect``'s driver, and what makes a row one the driver takes
+        (None: rows go as they are): the bind processors of the columns that need one (JSON,
+        timestamps), applied by a function generated once per layout and dialect."""
         return _statement(self, dialect)
-
-
-def encoded(row: tuple[Any, ...], encoders: tuple[tuple[int, Any], ...]) -> tuple[Any, ...]:
-    """``row`` with the columns ``Layout.prepared`` names encoded for the driver."""
-    values = list(row)
-    for index, encode in encoders:
-        values[index] = encode(values[index])
-    return tuple(values)
 
 
 @cache
@@ -111,14 +104,39 @@ def _statement(layout: Layout, dialect: Dialect) -> tuple[str, tuple[tuple[int, 
         f"INSERT INTO {quote(layout.table.name)} ({names}) "
         f"VALUES ({', '.join([mark] * len(layout.columns))})"
     )
-    encoders = []
+    encoders = {}
     for index, name in enumerate(layout.columns):
         kind = layout.table.c[name].type
         if isinstance(kind, (JSON, DateTime)):
             process = kind.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None and isinstance(kind, JSON):
+                process = _json_ints_first(process)
             if process is not None:
-                encoders.append((index, process))
-    return sql, tuple(encoders)
+                encoders[f"e{index}"] = process
+    if not encoders:
+        return sql, None
+    values = "".join(
+        (f"e{i}(row[{i}]), " if f"e{i}" in encoders else f"row[{i}], ")
+        for i in range(len(layout.columns))
+    )
+    exec(f"def encode(row):\n    return ({values})", encoders)  # indices and our names only
+    return sql, encoders["encode"]
+
+
+def _json_ints_first(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``process`` (the column's JSON bind processor) with a fast path for a list of ints,
+    the metrics' ``worst_index``: the same text ``json.dumps`` writes, joined directly (a
+    third of the writer's JSON calls; each ``dumps`` builds an encoder). Kept only where
+    ``process`` writes JSON text (SQLite, the psycopg driver may wrap values instead)."""
+    if process([0, 1]) != "[0, 1]":
+        return process
+
+    def encode(value: Any) -> Any:
+        if type(value) is list and all(type(i) is int for i in value):
+            return "[" + ", ".join(map(str, value)) + "]"
+        return process(value)
+
+    return encode
 
 
 def _num(value: Any) -> float | None:
@@ -131,10 +149,6 @@ def _num(value: Any) -> float | None:
 
 def _nan(value: float | None) -> float:
     return math.nan if value is None else value
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def _int(value: Any) -> int | None:
@@ -157,29 +171,42 @@ def _floats(value: Any) -> list[float]:
     return [float(v) for v in value]
 
 
-def _converters(record: type, floats: Callable[[Any], Any]) -> tuple[Callable[[Any], Any], ...]:
-    """Per field of ``record``, in order, what makes its value one its column takes: chosen
-    once from the declared types, so a row is one call per value and no dispatch."""
-    by_type: dict[str, Callable[[Any], Any]] = {
-        "float": floats, "float | None": floats, "int": _int, "int | None": _int,
-        "bool": _bool, "str": _text, "str | None": _text,
-        "list[int] | None": _ints, "list[float]": _floats,
+# A float as its column keeps it, written inline in the generated row functions below:
+# measured errors NaN as NULL (``_num``), timings as measured (NaN kept where the backend does).
+_NUM = "(None if (v := r.{}) is None or (v := float(v)) != v else v)"
+_FLOAT = "(None if (v := r.{}) is None else float(v))"
+
+
+def _row_values(record: type, floats: str) -> Callable[[Any], tuple[Any, ...]]:
+    """A function from one ``record`` to its fields' values, in order, each made one its
+    column takes by a conversion chosen once from the declared type (``floats``: the
+    expression for float fields). Generated once per record type, as ``dataclasses``
+    generates ``__init__``: a row then costs no dispatch, zip, intermediate list or call
+    per float (the writer builds six rows a result, most of their values floats)."""
+    calls = {
+        "int": "_int", "int | None": "_int", "bool": "_bool", "str": "_text",
+        "str | None": "_text", "list[int] | None": "_ints", "list[float]": "_floats",
     }  # fmt: skip
-    return tuple(by_type[f.type] for f in fields(record))
+    values = "".join(
+        (floats if f.type in ("float", "float | None") else calls[f.type] + "(r.{})").format(f.name)
+        + ", "
+        for f in fields(record)
+    )
+    scope = {"_int": _int, "_bool": _bool, "_text": _text, "_ints": _ints, "_floats": _floats}
+    exec(f"def values(r):\n    return ({values})", scope)  # our own field names only
+    return scope["values"]
 
 
-# Errors NaN as NULL; timings as measured (NaN kept where the backend keeps it).
-_METRIC_CONVERT = _converters(OutputMetrics, _num)
-_TIMING_CONVERT = _converters(TimingResult, _float)
+_metric_values = _row_values(OutputMetrics, _NUM)
+_timing_values = _row_values(TimingResult, _FLOAT)
 _case_columns = attrgetter(*CASE_COLUMNS)
-_metric_fields = attrgetter(*_METRIC_FIELDS)
-_timing_fields = attrgetter(*_TIMING_FIELDS)
 
 CASES = Layout(cases, (
     "run_id", "case_id", *CASE_COLUMNS, "packed", "params", "outcome", "message", "duration_s",
     "worker", "peak_mem_mb", "host", "device_index", "retries", "retry_reason", "phases",
     "created_at",
 ))  # fmt: skip
+CASES_WITH_ID = Layout(cases, ("id", *CASES.columns))  # ids given (SQLite: ``writer``)
 METRICS = Layout(metrics, ("case_pk", "run_id", "x_dtype", *_METRIC_FIELDS))
 PROPERTIES = Layout(properties, ("case_pk", "run_id", "name", "passed", "detail"))
 TIMINGS = Layout(timings, ("case_pk", "run_id", *_TIMING_FIELDS))
@@ -204,15 +231,10 @@ def child_rows(
     order of ``METRICS``, ``PROPERTIES`` and ``TIMINGS``."""
     case = result.case
     metrics = [
-        (case_pk, run_id, judged_dtype(m.output, case),
-         *[f(v) for f, v in zip(_METRIC_CONVERT, _metric_fields(m), strict=True)])
-        for m in result.outputs
-    ]  # fmt: skip
-    props = [(case_pk, run_id, p.name, bool(p.passed), p.detail or "") for p in result.properties]
-    timings = [
-        (case_pk, run_id, *[f(v) for f, v in zip(_TIMING_CONVERT, _timing_fields(t), strict=True)])
-        for t in result.timings
+        (case_pk, run_id, judged_dtype(m.output, case), *_metric_values(m)) for m in result.outputs
     ]
+    props = [(case_pk, run_id, p.name, bool(p.passed), p.detail or "") for p in result.properties]
+    timings = [(case_pk, run_id, *_timing_values(t)) for t in result.timings]
     return metrics, props, timings
 
 

@@ -45,6 +45,7 @@ from convmatrix.db.migrate import ensure_schema
 from convmatrix.db.models import CaseRow, Run, RunShardRow
 from convmatrix.db.records import (
     CASES,
+    CASES_WITH_ID,
     METRICS,
     PROPERTIES,
     TIMINGS,
@@ -111,8 +112,17 @@ def write_results(session: Session, run_id: int, batch: list[CaseResult]) -> Non
     ids = [r.case.id for r in batch]
     replaced = _drop_stored(connection, run_id, ids)
     now = utcnow()
-    CASES.insert(connection, [case_row(r, run_id, now) for r in batch])
-    pks = _case_pks(connection, run_id, ids)
+    if connection.dialect.name == "sqlite":
+        # The write lock is held from the transaction's start (``engine.write_session``): the
+        # next ids are this batch's, given with the rows rather than read back by a SELECT.
+        first = (connection.scalar(select(func.max(_CASES.id))) or 0) + 1
+        pks = dict(zip(ids, range(first, first + len(ids)), strict=True))
+        CASES_WITH_ID.insert(
+            connection, [(pks[r.case.id], *case_row(r, run_id, now)) for r in batch]
+        )
+    else:  # concurrent writers (shards) take ids from the sequence: read them back
+        CASES.insert(connection, [case_row(r, run_id, now) for r in batch])
+        pks = _case_pks(connection, run_id, ids)
     children: tuple[list[tuple[Any, ...]], ...] = ([], [], [])
     for result in batch:
         new = child_rows(result, pks[result.case.id], run_id)
