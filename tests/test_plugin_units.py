@@ -123,3 +123,27 @@ def test_every_case_of_a_process_is_watched_by_one_thread():
             pass
     names = [t.name for t in threading.enumerate()]
     assert names.count("convmatrix-watchdog") == 1 and not fired, names
+
+
+def test_a_result_recorded_in_process_is_what_its_json_would_give():
+    """``-n 0`` records the ``CaseResult`` a case returned as it is (``session.IN_PROCESS``)
+    instead of parsing back the JSON it attaches to the report; a worker's controller records
+    that JSON. The two must be the same record, whatever the outcome."""
+    import json
+
+    from runner_helpers import TINY
+
+    from convmatrix.runners.controller import prepare
+    from convmatrix.runners.execute import run_guarded
+    from convmatrix.runners.options import RunOptions
+
+    options = RunOptions(matrix=str(TINY), kernel="torch", workers=0, reference_cache="off")
+    prepared = prepare(options.checked(), MemoryStore())
+    (workload,) = prepared.workloads.values()
+    ctx = prepared.context(workload)
+    results = [run_guarded(case, ctx) for case in workload.cases[:6]]
+    results.append(CaseResult(workload.cases[0], "crashed", message="bad \x1b[31m text"))
+    for result in results:
+        result.worker, result.host = "main", "here"
+        sent = json.dumps(result.to_json())
+        assert CaseResult.from_json(json.loads(sent)) == result, result.case.pytest_id

@@ -42,7 +42,7 @@ from convmatrix.runners.interrupts import install_signal_handlers, note_signal
 from convmatrix.runners.options import add_pytest_options
 from convmatrix.runners.placement import WorkerPlacement, bind, place_worker
 from convmatrix.runners.processes import watch_parent
-from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
+from convmatrix.runners.session import IN_PROCESS, PAYLOAD, start_controller, stop_after_timeout
 from convmatrix.runners.threads import ThreadPolicy
 from convmatrix.runners.watchdog import EXIT_STATUS, SINGLE_EXIT_STATUS, Watchdog, witness
 from convmatrix.runners.workload import Workload
@@ -277,6 +277,9 @@ class CaseItem(pytest.Item):
         result.worker = self._worker()
         result.host, result.device_index = socket.gethostname(), prepared.device_index
         self.user_properties.append((PAYLOAD, json.dumps(result.to_json())))
+        local = self.config.stash.get(IN_PROCESS, None)
+        if local is not None:  # this process records too: no need to parse the JSON back
+            local[self.nodeid] = result
         if result.outcome == "skipped":
             pytest.skip(result.message or "skipped")
         if result.outcome != "passed":
