@@ -147,3 +147,39 @@ def test_a_result_recorded_in_process_is_what_its_json_would_give():
         result.worker, result.host = "main", "here"
         sent = json.dumps(result.to_json())
         assert CaseResult.from_json(json.loads(sent)) == result, result.case.pytest_id
+
+
+HARD_LIMIT = """
+import re, sys, time
+from convmatrix.runners import watchdog
+watchdog.HARD_GRACE_S, watchdog.HARD_SLACK_S, watchdog.IDLE_MARGIN_S = 0.5, 0.5, 1.0
+with watchdog.Watchdog(20.0, lambda: None):  # a long limit first: its timer is far off
+    pass
+for _ in range(50):  # cases in a row
+    with watchdog.Watchdog(0.6, lambda: None):
+        pass
+if sys.argv[1] == "idle":
+    time.sleep(3.0)  # outside any case, past the timer's deadline: it must not fire
+    print("survived", flush=True)
+else:
+    with watchdog.Watchdog(0.3, lambda: None):  # the alarm thread never gets the GIL
+        re.match(r"(a+)+$", "a" * 40 + "b")  # catastrophic backtracking, GIL held
+"""
+
+
+def test_the_hard_exit_kept_between_cases_never_fires_outside_one():
+    """faulthandler's timer stays armed across cases (a C thread started and joined a case
+    cost most of the watchdog); outside a case it is cancelled before its deadline."""
+    done = subprocess.run(
+        [sys.executable, "-c", HARD_LIMIT, "idle"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "survived\n"), done.stderr
+
+
+def test_a_case_holding_the_gil_still_ends_soon_after_its_own_limit():
+    """The timer a longer limit armed is re-armed for a case with a shorter one: faulthandler
+    names the timeout it was armed with, 0.3 s + 0.5 s grace + 0.5 s slack, not 21 s."""
+    done = subprocess.run(
+        [sys.executable, "-c", HARD_LIMIT, "hang"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0 and "Timeout (0:00:01.300000)!" in done.stderr, done.stderr
