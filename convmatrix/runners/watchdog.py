@@ -108,10 +108,17 @@ class Witness:
         self.trace: IO[str] = self.path.open("w", encoding="utf-8")
         self._case_fd = os.open(self.current, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         self._width = 0  # what the file holds: each write covers the one before it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WITNESS, str(self.path), str(self.current)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
-        )  # fmt: skip
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WITNESS, str(self.path), str(self.current)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
+            )  # fmt: skip
+        except OSError:  # no witness (the run goes on unwitnessed): none of its files left
+            os.close(self._case_fd)
+            self.trace.close()
+            for path in (self.current, self.path):
+                path.unlink(missing_ok=True)
+            raise
         faulthandler.enable(file=self.trace)  # a segfault's traceback goes there too
 
     def _note(self, text: str) -> None:
