@@ -123,3 +123,63 @@ def test_every_case_of_a_process_is_watched_by_one_thread():
             pass
     names = [t.name for t in threading.enumerate()]
     assert names.count("convmatrix-watchdog") == 1 and not fired, names
+
+
+def test_a_result_recorded_in_process_is_what_its_json_would_give():
+    """``-n 0`` records the ``CaseResult`` a case returned as it is (``session.IN_PROCESS``)
+    instead of parsing back the JSON it attaches to the report; a worker's controller records
+    that JSON. The two must be the same record, whatever the outcome."""
+    import json
+
+    from runner_helpers import TINY
+
+    from convmatrix.runners.controller import prepare
+    from convmatrix.runners.execute import run_guarded
+    from convmatrix.runners.options import RunOptions
+
+    options = RunOptions(matrix=str(TINY), kernel="torch", workers=0, reference_cache="off")
+    prepared = prepare(options.checked(), MemoryStore())
+    (workload,) = prepared.workloads.values()
+    ctx = prepared.context(workload)
+    results = [run_guarded(case, ctx) for case in workload.cases[:6]]
+    results.append(CaseResult(workload.cases[0], "crashed", message="bad \x1b[31m text"))
+    for result in results:
+        result.worker, result.host = "main", "here"
+        sent = json.dumps(result.to_json())
+        assert CaseResult.from_json(json.loads(sent)) == result, result.case.pytest_id
+
+
+HARD_LIMIT = """
+import re, sys, time
+from convmatrix.runners import watchdog
+watchdog.HARD_GRACE_S, watchdog.HARD_SLACK_S, watchdog.IDLE_MARGIN_S = 0.5, 0.5, 1.0
+with watchdog.Watchdog(20.0, lambda: None):  # a long limit first: its timer is far off
+    pass
+for _ in range(50):  # cases in a row
+    with watchdog.Watchdog(0.6, lambda: None):
+        pass
+if sys.argv[1] == "idle":
+    time.sleep(3.0)  # outside any case, past the timer's deadline: it must not fire
+    print("survived", flush=True)
+else:
+    with watchdog.Watchdog(0.3, lambda: None):  # the alarm thread never gets the GIL
+        re.match(r"(a+)+$", "a" * 40 + "b")  # catastrophic backtracking, GIL held
+"""
+
+
+def test_the_hard_exit_kept_between_cases_never_fires_outside_one():
+    """faulthandler's timer stays armed across cases (a C thread started and joined a case
+    cost most of the watchdog); outside a case it is cancelled before its deadline."""
+    done = subprocess.run(
+        [sys.executable, "-c", HARD_LIMIT, "idle"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "survived\n"), done.stderr
+
+
+def test_a_case_holding_the_gil_still_ends_soon_after_its_own_limit():
+    """The timer a longer limit armed is re-armed for a case with a shorter one: faulthandler
+    names the timeout it was armed with, 0.3 s + 0.5 s grace + 0.5 s slack, not 21 s."""
+    done = subprocess.run(
+        [sys.executable, "-c", HARD_LIMIT, "hang"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0 and "Timeout (0:00:01.300000)!" in done.stderr, done.stderr

@@ -42,9 +42,9 @@ from convmatrix.runners.interrupts import install_signal_handlers, note_signal
 from convmatrix.runners.options import add_pytest_options
 from convmatrix.runners.placement import WorkerPlacement, bind, place_worker
 from convmatrix.runners.processes import watch_parent
-from convmatrix.runners.session import PAYLOAD, start_controller, stop_after_timeout
+from convmatrix.runners.session import IN_PROCESS, PAYLOAD, start_controller, stop_after_timeout
 from convmatrix.runners.threads import ThreadPolicy
-from convmatrix.runners.watchdog import EXIT_STATUS, SINGLE_EXIT_STATUS, Watchdog, witness
+from convmatrix.runners.watchdog import EXIT_STATUS, SINGLE_EXIT_STATUS, Watchdog, quiet, witness
 from convmatrix.runners.workload import Workload
 
 __all__ = ["PAYLOAD", "PREPARED", "CaseItem", "WorkerPlacement", "place_worker"]
@@ -108,6 +108,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from exc
     install_signal_handlers()
     _install_sigterm()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """No case runs after this: the hard exit the watchdog keeps armed between cases
+    (``watchdog._HardLimit``) must not end the process that goes on (the pipeline's steps,
+    a caller of ``pytest.main``)."""
+    if config.stash.get(PREPARED, None) is not None:
+        quiet()
 
 
 def _matrix_only(config: pytest.Config) -> None:
@@ -277,6 +285,9 @@ class CaseItem(pytest.Item):
         result.worker = self._worker()
         result.host, result.device_index = socket.gethostname(), prepared.device_index
         self.user_properties.append((PAYLOAD, json.dumps(result.to_json())))
+        local = self.config.stash.get(IN_PROCESS, None)
+        if local is not None:  # this process records too: no need to parse the JSON back
+            local[self.nodeid] = result
         if result.outcome == "skipped":
             pytest.skip(result.message or "skipped")
         if result.outcome != "passed":

@@ -34,28 +34,41 @@ from traceback import format_exc
 from types import TracebackType
 from typing import IO
 
-__all__ = ["EXIT_STATUS", "SINGLE_EXIT_STATUS", "Watchdog", "Witness", "witness", "witnessed"]
+__all__ = [
+    "EXIT_STATUS",
+    "SINGLE_EXIT_STATUS",
+    "Watchdog",
+    "Witness",
+    "quiet",
+    "witness",
+    "witnessed",
+]
 
 HARD_GRACE_S = 15.0  # after the soft limit, faulthandler's hard exit
+HARD_SLACK_S = 5.0  # ... which may come up to this much later (the timer is kept across cases)
+IDLE_MARGIN_S = 5.0  # outside a case, the timer is cancelled this long before it would fire
 EXIT_STATUS = 70  # what a worker exits with after a timeout (EX_SOFTWARE): xdist replaces it
 SINGLE_EXIT_STATUS = 1  # a -n 0 run stopped at a hung case: the run stopped early
 
-# The witness: reads what the run says on stdin; at its end (the run's process is gone) one
-# line, unless the run said "done". Ignores SIGINT (a Ctrl-C is the run's to report).
+# The witness: reads what the run says on stdin (its run id, then "done"); at its end (the
+# run's process is gone) one line, unless the run said "done", naming the case the case file
+# holds. Ignores SIGINT (a Ctrl-C is the run's to report).
 _WITNESS = r"""
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-trace, case, run, done = sys.argv[1], None, None, False
+trace, current, run, done = sys.argv[1], sys.argv[2], None, False
 for line in sys.stdin:
     kind, _, rest = line.rstrip("\n").partition(" ")
-    if kind == "case":
-        case = rest
-    elif kind == "idle":
-        case = None
-    elif kind == "run":
+    if kind == "run":
         run = rest
     elif kind == "done":
         done = True
+try:
+    with open(current, encoding="utf-8", errors="replace") as f:
+        case = f.read().strip() or None
+    os.unlink(current)
+except OSError:
+    case = None
 try:
     size = os.path.getsize(trace)
 except OSError:
@@ -81,17 +94,41 @@ if not size:
 class Witness:
     """A process that outlives a single-process run and speaks for it if it dies (see the
     module's docstring). ``case(name)`` before a case, ``idle()`` after, ``done()`` at the
-    end; ``trace`` is the file faulthandler writes to."""
+    end; ``trace`` is the file faulthandler writes to.
+
+    The case in progress is written over the start of a small file (``current``) that the
+    witness reads once the run's process is gone, not sent down its pipe: a line down the
+    pipe, twice a case, woke the witness process each time, and on a loaded host the wake-up
+    (a switch to it, then back) cost 0.25 ms a line in a profiled run."""
 
     def __init__(self, directory: Path | None = None) -> None:
         where = Path(directory or tempfile.gettempdir())
         self.path = where / f"convmatrix-fatal-{os.getpid()}.txt"
+        self.current = where / f"convmatrix-case-{os.getpid()}.txt"
         self.trace: IO[str] = self.path.open("w", encoding="utf-8")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WITNESS, str(self.path)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
-        )  # fmt: skip
+        self._case_fd = os.open(self.current, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._width = 0  # what the file holds: each write covers the one before it
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WITNESS, str(self.path), str(self.current)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
+            )  # fmt: skip
+        except OSError:  # no witness (the run goes on unwitnessed): none of its files left
+            os.close(self._case_fd)
+            self.trace.close()
+            for path in (self.current, self.path):
+                path.unlink(missing_ok=True)
+            raise
         faulthandler.enable(file=self.trace)  # a segfault's traceback goes there too
+
+    def _note(self, text: str) -> None:
+        """``text`` as the file's content (blank padding after it: one write, no truncate)."""
+        data = text.encode("utf-8", "backslashreplace")
+        self._width = max(self._width, len(data))
+        if self._case_fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.pwrite(self._case_fd, data.ljust(self._width), 0)
 
     def _say(self, line: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -104,14 +141,18 @@ class Witness:
             self._say(f"run {run_id}")
 
     def case(self, name: str) -> None:
-        self._say(f"case {name}")
+        self._note(name)
 
     def idle(self) -> None:
-        self._say("idle")
+        self._note("")
 
     def done(self) -> None:
         """The run ended in order: the witness leaves without a word."""
         self._say("done")
+        fd, self._case_fd = self._case_fd, -1  # done() may come twice (a timeout, then the end)
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         with contextlib.suppress(OSError, ValueError):
             assert self.proc.stdin is not None
             self.proc.stdin.close()
@@ -190,6 +231,80 @@ class _Alarm:
 _ALARM = _Alarm()
 
 
+class _HardLimit:
+    """faulthandler's hard exit (``dump_traceback_later``), kept armed across cases.
+
+    Each ``dump_traceback_later`` starts a C thread and each cancel joins it: a thread started
+    and joined a case, which on a loaded host waits for the scheduler (0.66 ms a case in a
+    profiled ``nightly -n 0`` at load 3). So a case whose limit the armed timer already
+    satisfies (it fires between ``HARD_GRACE_S`` and ``HARD_GRACE_S + HARD_SLACK_S`` after the
+    case's limit) leaves it as it is: it is re-armed at most every ``HARD_SLACK_S`` seconds.
+    Outside a case the timer must never fire (an xdist worker waits for its next case, the
+    pipeline goes on after the session): the alarm thread cancels it ``IDLE_MARGIN_S`` before
+    its deadline when no case is running, and ``quiet()`` at the end of the session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deadline: float | None = None  # when the armed timer fires (monotonic)
+        self._armed_for: tuple[int, int] | None = None  # (pid, id of its file)
+        self._active = 0  # cases running under it
+
+    def enter(self, timeout_s: float, file: IO[str] | None) -> None:
+        """A case with limit ``timeout_s`` (0: none) starts."""
+        with self._lock:
+            self._active += 1
+            now = time.monotonic()
+            if timeout_s <= 0:  # no limit: no hard exit either
+                self._cancel()
+                return
+            earliest = now + timeout_s + HARD_GRACE_S
+            armed_for = (os.getpid(), id(file))
+            deadline = self._deadline
+            if (
+                deadline is not None
+                and self._armed_for == armed_for
+                and earliest <= deadline <= earliest + HARD_SLACK_S
+            ):
+                return
+            where = {"file": file} if file is not None else {}
+            after = timeout_s + HARD_GRACE_S + HARD_SLACK_S
+            faulthandler.dump_traceback_later(after, exit=True, **where)
+            self._deadline, self._armed_for = earliest + HARD_SLACK_S, armed_for
+
+    def leave(self) -> None:
+        """The case ended: the timer stays, watched by the alarm thread while no case runs."""
+        with self._lock:
+            self._active -= 1
+            deadline = self._deadline
+        if deadline is not None:
+            _ALARM.arm(id(self), deadline - IDLE_MARGIN_S - time.monotonic(), self._idle)
+
+    def _idle(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._cancel()
+
+    def quiet(self) -> None:
+        """No more cases: no hard exit pending."""
+        with self._lock:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        armed_for = self._armed_for
+        if armed_for is not None and armed_for[0] == os.getpid():  # a forked child: no timer
+            faulthandler.cancel_dump_traceback_later()
+        self._deadline = self._armed_for = None
+
+
+_HARD = _HardLimit()
+
+
+def quiet() -> None:
+    """Cancel the hard exit kept armed after the last case (``_HardLimit``): the session is
+    over, no case runs in this process any more."""
+    _HARD.quiet()
+
+
 class Watchdog:
     """Context manager around one case: ``on_timeout`` runs in a thread if the body overruns.
 
@@ -210,17 +325,18 @@ class Watchdog:
     def __enter__(self) -> Watchdog:
         if self.timeout_s > 0:
             _ALARM.arm(id(self), self.timeout_s, self._fire)
-            seen = witness()  # sys.stderr is pytest's capture here: lost with the process
-            where = {"file": seen.trace} if seen is not None else {}
-            faulthandler.dump_traceback_later(self.timeout_s + HARD_GRACE_S, exit=True, **where)
+        seen = witness()  # sys.stderr is pytest's capture here: lost with the process
+        _HARD.enter(self.timeout_s, seen.trace if seen is not None else None)
+        self._entered = True
         return self
 
     def finished(self) -> None:
         with self._lock:  # blocks forever if the watchdog fired: the process is ending
             self._done = True
         _ALARM.disarm(id(self))
-        if self.timeout_s > 0:
-            faulthandler.cancel_dump_traceback_later()
+        if getattr(self, "_entered", False):
+            self._entered = False
+            _HARD.leave()
 
     def __exit__(
         self,
