@@ -7,9 +7,12 @@ import subprocess
 import threading
 
 import pytest
+from db_fixtures import fake_meta
 from runner_helpers import LIMIT_S, child_env, convmatrix_cmd, results, runs
+from sqlalchemy import select, update
 
 from convmatrix.core.errors import UsageError
+from convmatrix.db import ResultWriter, open_database, tables
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.runners.shards import parse_shard
 from convmatrix.runners.store import Shard
@@ -172,21 +175,15 @@ def test_the_last_of_two_shards_closing_at_once_finishes_the_run(postgres_url):
     closes: shard 1 must wait for it and then see both finished. Without the run's row
     locked first, each read the other's shard as running (read committed) and the run of
     two finished shards stayed ``running`` for good."""
-    from db_fixtures import fake_meta
-    from sqlalchemy import select, update
-
-    from convmatrix.db import ResultWriter, open_database
-    from convmatrix.db.tables import run_shards, runs
-
     engine = open_database(postgres_url)
     writers = [ResultWriter(engine, url=postgres_url) for _ in range(2)]
     run_id = writers[0].join_sharded_run(fake_meta(), "race", 2, 0)
     assert writers[1].join_sharded_run(fake_meta(), "race", 2, 1) == run_id
     closed: list[str] = []
     with engine.connect() as first:  # shard 0 closing, as its writer does, held open
-        first.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
-        mine = (run_shards.c.run_id == run_id, run_shards.c.shard == 0)
-        first.execute(update(run_shards).where(*mine).values(status="finished"))
+        first.execute(select(tables.runs.c.id).where(tables.runs.c.id == run_id).with_for_update())
+        mine = (tables.run_shards.c.run_id == run_id, tables.run_shards.c.shard == 0)
+        first.execute(update(tables.run_shards).where(*mine).values(status="finished"))
         closer = threading.Thread(
             target=lambda: closed.append(writers[1].finish_shard(1, "finished"))
         )
@@ -197,6 +194,9 @@ def test_the_last_of_two_shards_closing_at_once_finishes_the_run(postgres_url):
     closer.join(timeout=LIMIT_S)
     assert closed == ["finished"]
     with engine.connect() as conn:
-        assert conn.scalar(select(runs.c.status).where(runs.c.id == run_id)) == "finished"
+        assert (
+            conn.scalar(select(tables.runs.c.status).where(tables.runs.c.id == run_id))
+            == "finished"
+        )
     assert writers[0].finish_shard(0, "finished") == "finished"  # its heartbeat stops
     engine.dispose()
