@@ -7,7 +7,7 @@ working: importing it imports the new module, binds it under the old name too (t
 object: ``isinstance`` and monkeypatching behave as before) and warns once with a
 ``DeprecationWarning`` that names the new path.
 
-One table, no stub files: a finder on ``sys.meta_path`` (installed by ``convmatrix/__init__``)
+One table, no stub files: a finder on ``sys.meta_path`` (installed by ``convmatrix/__init__.py``)
 answers only for the names listed here, so nothing else's import changes and no old file
 lingers in the tree to be edited by mistake. ``tests/test_moved.py`` imports every entry.
 
