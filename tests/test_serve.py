@@ -95,6 +95,16 @@ def test_the_served_history_reads_dtypes_as_the_command_line_does(client, served
     assert len(printed["runs"]) == 3  # every run of the fixture holds cases of both dtypes
 
 
+def test_the_served_history_filters_by_kernel_and_matrix(client):
+    """The served history offers the kernels and matrices the database holds and keeps one."""
+    page = client.get("/history/float32?kernel=tiled&matrix=nightly")
+    assert page.status_code == 200
+    assert '<form id="history-filters"' in page.text
+    assert '<option value="nightly" selected>nightly</option>' in page.text
+    assert len(client.get("/api/history/float32?matrix=nightly").json()["runs"]) == 3
+    assert client.get("/api/history/float32?matrix=smoke").json()["runs"] == []
+
+
 def test_every_page_renders_with_its_policy_and_links(client):
     case_id = sorted(BROKEN)[0]
     for path in ("/", "/runs/latest", "/runs/nightly-1", "/diff/1/3", "/history/bfloat16",

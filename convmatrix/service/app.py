@@ -8,7 +8,7 @@ its HTML)::
     /                             runs, filterable: ?kernel=&label=&device=&matrix=&since=&until=
     /runs/{run}                   a run (id, latest, label or commit, as on the command line)
     /diff/{base}/{head}           two runs matched by case id (/diff?base=&head=: the picker)
-    /history/{dtype}              one input dtype over the runs (?kernel=&output=&since=)
+    /history/{dtype}              one input dtype over the runs (?kernel=&matrix=&output=&since=)
     /cases/{case_id}              one case across runs and commits, with its rerun command
     /regressions                  the alerts, newest first (?state=detected&state=confirmed&kernel=)
     /alerts/{id}                  one alert: its cases, why, history, rerun, bisection, events
@@ -87,6 +87,7 @@ PAGES: dict[str, Builder] = {
         kernel=_query(r, "kernel"),
         output=_query(r, "output"),
         since=_query(r, "since"),
+        matrix=_query(r, "matrix"),
     ),
     "/cases/{case_id}": lambda s, u, r: pages.case_page(
         s, u, r.path_params["case_id"], kernel=_query(r, "kernel")
