@@ -52,14 +52,55 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", workers, "-rfEs", "--durations=25", *session.posargs)
 
 
-def _run_matrix(session: nox.Session, matrix: str) -> str | None:
-    """Run ``matrix`` (posargs after ``--`` go to ``convmatrix run``), write its report and
-    the diff against the previous run of the same kernel (reports/diff.html for nightly,
-    reports/diff-<matrix>.html for the others); why it failed, or None."""
+EXTRA_ENV = "CONVMATRIX_EXTRA"
+
+
+def run_arguments(session: nox.Session) -> list[str]:
+    """Install the project, and the team's own kernel package where one is named, into the
+    session; the arguments for ``convmatrix run`` (posargs after ``--``, ``--kernel tiled``
+    unless one is given).
+
+    A kernel of the team's own (``--kernel pkg.module:Kernel`` or an entry point) lives in a
+    package this session's fresh virtualenv does not have: name it with ``--install SPEC``
+    after ``--`` (repeatable; a path, a wheel or a requirement, as pip takes it) or in
+    ``CONVMATRIX_EXTRA`` (space-separated). It is installed with torch pinned, so pip never
+    replaces the torch the run measures."""
     install_project(session)
-    args = list(session.posargs)
+    try:
+        args, extras = _take_option(list(session.posargs), "--install")
+    except ValueError as err:
+        session.error(str(err))
+    extras += os.environ.get(EXTRA_ENV, "").split()
+    if extras:
+        session.install(TORCH, *extras)
     if _option_value(args, "--kernel") is None:
         args = ["--kernel", "tiled", *args]  # the kernel this project ports; override after --
+    return args
+
+
+def _take_option(args: list[str], name: str) -> tuple[list[str], list[str]]:
+    """``args`` without ``name VALUE`` / ``name=VALUE``, and those values in order."""
+    kept: list[str] = []
+    values: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == name:
+            value = next(rest, None)
+            if value is None:
+                raise ValueError(f"{name} needs a value (a path or requirement for pip)")
+            values.append(value)
+        elif arg.startswith(name + "="):
+            values.append(arg.split("=", 1)[1])
+        else:
+            kept.append(arg)
+    return kept, values
+
+
+def _run_matrix(session: nox.Session, matrix: str) -> str | None:
+    """Run ``matrix`` (posargs after ``--`` go to ``convmatrix run``; ``run_arguments``), write
+    its report and the diff against the previous run of the same kernel (reports/diff.html
+    for nightly, reports/diff-<matrix>.html for the others); why it failed, or None."""
+    args = run_arguments(session)
     db = _option_value(args, "--db")
     try:
         session.run("convmatrix", "run", "--matrix", matrix, "--report", "reports", *args)
@@ -113,10 +154,7 @@ def perf(session: nox.Session) -> None:
     (reports/perf-diff.html); fails when a slowdown persists over the last 3 runs against the
     5 before them (``--timing-history``). Arguments after ``--`` go to ``convmatrix run``.
     """
-    install_project(session)
-    args = list(session.posargs)
-    if _option_value(args, "--kernel") is None:
-        args = ["--kernel", "tiled", *args]
+    args = run_arguments(session)
     db = _option_value(args, "--db")
     session.run("convmatrix", "run", "--matrix", "perf", "--report", "reports", *args)
     diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/perf-diff.html"]

@@ -19,11 +19,9 @@ docs/contract.md.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 import warnings
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 __all__ = ["MOVED", "install"]
@@ -98,13 +96,14 @@ MOVED: dict[str, str] = {
 }
 
 
-class _Alias(importlib.abc.Loader):
-    """Loads an old name as the module that replaced it."""
+class _Alias:
+    """Loads an old name as the module that replaced it (an importlib loader; not derived from
+    ``importlib.abc``, whose import every ``import convmatrix`` would pay)."""
 
     def __init__(self, old: str, new: str) -> None:
         self.old, self.new = old, new
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return None  # a placeholder; exec_module puts the real module in its place
 
     def exec_module(self, module: ModuleType) -> None:
@@ -121,14 +120,14 @@ class _Alias(importlib.abc.Loader):
         )
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder):
+class _MovedFinder:
+    """A meta-path finder answering only for the names of ``MOVED``."""
+
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
         new = MOVED.get(fullname)
-        if new is None:
-            return None
-        return importlib.util.spec_from_loader(fullname, _Alias(fullname, new))
+        return None if new is None else ModuleSpec(fullname, _Alias(fullname, new))
 
 
 def install() -> None:
