@@ -7,27 +7,34 @@ alerts those runs raised and their regressions with every event
 (``{"kind": "alert", ...}``, ``{"kind": "regression", ..., "events": [...]}``), runs named by
 their uid. NaN errors are written as ``NaN`` (Python's JSON reads them back).
 
-A run's uid is its identity in every database: importing a run already present changes
-nothing (its results are not read again), an alert or regression already present is not
-duplicated. An imported run keeps its start and finish times, so it takes its place in
-history and as a baseline (it gets a new id in the receiving database); the scan that
-follows an import changes regressions only by the run's place in time (``service.scan``).
+A run's uid is its identity in every database. A run already present gains the cases of
+the file it does not hold yet (a newer export of a run exported half done, another shard's
+export of a sharded run), keeps the ones it holds, and takes the file's status unless it
+has finished; importing the same export twice changes nothing. A run still ``running`` in
+the receiving database is refused (its writer may be storing the same cases). An alert or
+regression already present is not duplicated. An imported run keeps its start and finish
+times, so it takes its place in history and as a baseline (it gets a new id in the receiving
+database); the scan that follows an import changes regressions only by the run's place in
+time (``service.scan``). The lines are checked first (``service.transfer_lines``): a case
+twice in one run, a case id its parameters do not give, a negative duration are exit 2.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
 from convmatrix.db.aggregates import aggregate_runs
 from convmatrix.db.engine import redact_argv, write_session
-from convmatrix.db.models import AlertRow, RegressionEventRow, RegressionRow, Run
+from convmatrix.db.models import AlertRow, CaseRow, RegressionEventRow, RegressionRow, Run
 from convmatrix.db.queries import RunInfo, load_results
 from convmatrix.db.writer import count_values, run_counts, write_results
 from convmatrix.service.transfer_lines import (
@@ -106,13 +113,26 @@ def _triage_lines(session: Session, uids: dict[int, str]) -> Iterator[str]:
         yield json.dumps(line | fields_)
 
 
+@dataclass
+class _Arrival:
+    """A run the file writes results to: ``new`` here, a ``journal``'s run (its results
+    replace what the run holds for their cases), or ``more`` of a run present here (a newer
+    export, another shard's): its cases not stored yet are added, the stored ones kept."""
+
+    run_id: int
+    line: RunLine
+    kind: str
+    stored: set[str] = field(default_factory=set)  # ``more``: the case ids stored before
+    added: int = 0
+
+
 class _Importer:
     """Pass two: every line written inside one transaction (``session``)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.run_id: int | None = None  # the run results go to (None: skipping its results)
-        self.stopped: list[tuple[int, RunLine]] = []
+        self.current: _Arrival | None = None  # the run results go to (None: none)
+        self.arrivals: list[_Arrival] = []
         self.batch: list[CaseResult] = []
         self.run_ids: dict[Any, int] = {}  # file id -> id here
         self.by_uid: dict[str, int] = {}  # uid -> id here
@@ -120,49 +140,66 @@ class _Importer:
         self.imported: list[int] = []
 
     def _flush(self) -> None:
-        if self.batch and self.run_id is not None:
-            write_results(self.session, self.run_id, self.batch)
+        if self.batch and self.current is not None:
+            write_results(self.session, self.current.run_id, self.batch)
         self.batch = []
 
-    def run(self, line: RunLine) -> None:
+    def run(self, line: RunLine, where: str) -> None:
         self._flush()
-        present = self.session.scalar(select(Run.id).where(Run.uid == line.meta.uid))
-        self.run_ids[line.file_id] = self.by_uid[line.meta.uid] = present or 0
-        if present is not None and not line.journal:
-            self.run_id = None  # imported before (or exported from here): nothing changes
-            return
-        if present is None:
+        session = self.session
+        found = session.execute(select(Run.id, Run.status).where(Run.uid == line.meta.uid)).first()
+        if found is None:
             row = Run(**line.values(), shard_label=None)
-            self.session.add(row)
-            self.session.flush()
-            present = row.id
-            self.run_ids[line.file_id] = self.by_uid[line.meta.uid] = present
-        self.run_id = present  # a journal's results go into the run it was written for
-        self.stopped.append((present, line))
-        self.imported.append(present)
+            session.add(row)
+            session.flush()
+            arrival = _Arrival(row.id, line, "new")
+        elif line.journal:
+            arrival = _Arrival(found.id, line, "journal")
+        elif found.status == "running":  # a writer here may be storing the same cases
+            raise UsageError(
+                f"{where}: run {found.id} (uid {line.meta.uid}) is still running in this "
+                "database; import its export when it has stopped"
+            )
+        else:
+            stored = session.scalars(select(CaseRow.case_id).where(CaseRow.run_id == found.id))
+            arrival = _Arrival(found.id, line, "more", stored=set(stored))
+        self.run_ids[line.file_id] = self.by_uid[line.meta.uid] = arrival.run_id
+        self.current = arrival
+        self.arrivals.append(arrival)
 
     def result(self, data: dict[str, Any], where: str) -> None:
-        if self.run_id is None:
+        arrival = self.current
+        if arrival is None:
             return
-        self.batch.append(read_result(data, where))
+        result = read_result(data, where)
+        if result.case.id in arrival.stored:
+            return  # present already: kept as stored (importing an export twice is a no-op)
+        self.batch.append(result)
+        arrival.added += 1
         if len(self.batch) >= 500:
             self._flush()
 
     def finish(self) -> None:
-        """Every imported run's counts, status and history summary, as the file says."""
+        """Every run written to: its counts, status and history summary, as the file says
+        (a finished run stays finished); a ``more`` run that gained nothing is left as is."""
         self._flush()
-        self.run_id = None
-        for run_id, line in self.stopped:
-            run = self.session.get(Run, run_id)
+        self.current = None
+        for arrival in self.arrivals:
+            run, line = self.session.get(Run, arrival.run_id), arrival.line
             assert run is not None
-            for key, value in count_values(run_counts(self.session, run_id)).items():
+            status = "interrupted" if arrival.kind == "journal" else line.values()["status"]
+            if arrival.kind == "more" and not arrival.added and run.status in (status, "finished"):
+                continue
+            for key, value in count_values(run_counts(self.session, run.id)).items():
                 setattr(run, key, value)
-            if line.journal and run.status in ("finished",):
-                continue  # a finished run stays finished
-            run.status = "interrupted" if line.journal else line.values()["status"]
-            run.finished_at = run.finished_at or line.finished or line.started
+            if arrival.kind == "new" or run.status != "finished":
+                later = line.finished if arrival.kind == "more" else None
+                run.status = status
+                run.finished_at = later or run.finished_at or line.finished or line.started
+            if run.id not in self.imported:
+                self.imported.append(run.id)
         self.session.flush()
-        aggregate_runs(self.session, [run_id for run_id, _ in self.stopped])
+        aggregate_runs(self.session, self.imported)
 
     def _run(self, uid: str | None) -> int | None:
         if not uid:
@@ -171,7 +208,7 @@ class _Importer:
 
     def alert(self, data: dict[str, Any]) -> None:
         self._flush()
-        self.run_id = None
+        self.current = None
         session = self.session
         run_id = self._run(data.get("run"))
         found = session.scalar(select(AlertRow.id).where(
@@ -193,7 +230,7 @@ class _Importer:
 
     def regression(self, data: dict[str, Any]) -> None:
         self._flush()
-        self.run_id = None
+        self.current = None
         session = self.session
         data = {**data, "kind": data.get("regression_kind")}
         first_bad = self._run(data.get("first_bad_run"))
@@ -225,10 +262,11 @@ class _Importer:
 
 
 def import_lines(engine: Engine, stream: IO[str], name: str = "<stdin>") -> list[int]:
-    """Store every run of an export not already present (and a journal's results in the run
-    it was written for), and its triage, all in one transaction; the runs written, in file
-    order. The stream is read twice (``check_lines`` first): it must be seekable. A file
-    that fails anywhere changes nothing."""
+    """Store every run of an export not already present, the cases a present run lacks, a
+    journal's results in the run it was written for, and their triage, all in one
+    transaction; the runs written to, in file order. The stream is read twice
+    (``check_lines`` first): it must be seekable. A file that fails anywhere changes
+    nothing."""
     check_lines(stream, name)
     stream.seek(0)
     with write_session(engine) as session:
@@ -236,7 +274,7 @@ def import_lines(engine: Engine, stream: IO[str], name: str = "<stdin>") -> list
         for where, data in read_lines(stream, name):
             kind = data["kind"]
             if kind == "run":
-                importer.run(RunLine(data, where))
+                importer.run(RunLine(data, where), where)
             elif kind == "result":
                 importer.result(data, where)
             elif kind == "alert":

@@ -9,6 +9,7 @@ text as their columns hold them, dates no later than tomorrow, UTF-8. A bad line
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import fields
@@ -36,6 +37,7 @@ __all__ = [
 
 META = {f.name for f in fields(RunMeta)}
 _KINDS = ("run", "result", "alert", "regression")
+_TIMES = ("median_s", "min_s", "iqr_s", "n", "cold_s")
 ALERT_FIELDS = ("kernel", "matrix", "device", "explanation", "bisect_commit")
 REGRESSION_FIELDS = (
     "kernel", "matrix", "device", "case_id", "case_name", "output", "kind", "state", "detail",
@@ -121,7 +123,8 @@ def _check_types(raw: Any, where: str) -> None:
 
 
 def read_result(data: dict[str, Any], where: str) -> CaseResult:
-    """The result a result line holds, every row it becomes checked against its columns."""
+    """The result a result line holds, every row it becomes checked against its columns, its
+    case id against its parameters and its times and counts against zero."""
     _check_types(data.get("result"), where)
     try:
         result = CaseResult.from_json(data["result"])
@@ -130,11 +133,32 @@ def read_result(data: dict[str, Any], where: str) -> CaseResult:
     except _BAD_RECORD as err:
         raise UsageError(f"{where}: bad result ({type(err).__name__}: {err})"[:300]) from None
     _choice(result.outcome, OUTCOMES, "outcome", where)
+    expected = result.case.stable_id()
+    if result.case.id != expected:  # an id is what history, diffs and regressions match on
+        raise UsageError(
+            f"{where}: case id {result.case.id[:40]!r} does not match its parameters "
+            f"(they give {expected})"
+        )
+    _check_signs(result, where)
     check_row(CASES.table, case, where)
     for layout, rows in zip((METRICS, PROPERTIES, TIMINGS), children, strict=True):
         for row in rows:
             check_row(layout.table, layout.values(row), where)
     return result
+
+
+def _check_signs(result: CaseResult, where: str) -> None:
+    """Durations, memory, counts and indices are never negative (nor NaN or infinite)."""
+    values: list[tuple[str, Any]] = [
+        ("duration_s", result.duration_s), ("peak_mem_mb", result.peak_mem_mb),
+        ("retries", result.retries), ("device_index", result.device_index),
+    ]  # fmt: skip
+    for timing in result.timings:
+        values += [(f"timings.{n}", getattr(timing, n)) for n in _TIMES]
+        values += [("timings.samples", v) for v in timing.samples or []]
+    for name, value in values:
+        if value is not None and not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+            raise UsageError(f"{where}: result.{name}: {value!r} (a time or count is >= 0)")
 
 
 class RunLine:
@@ -216,22 +240,26 @@ def read_lines(stream: IO[str], name: str) -> Iterator[tuple[str, dict[str, Any]
 
 
 def check_lines(stream: IO[str], name: str = "<stdin>") -> int:
-    """Validate a whole export, line by line, keeping nothing but the run ids seen; the
-    number of lines. ``UsageError`` (exit 2) names file:line and what is wrong."""
-    runs: set[Any] = set()
+    """Validate a whole export, line by line, keeping nothing but the run ids seen and the
+    case ids of the run being read; the number of lines. ``UsageError`` (exit 2) names
+    file:line and what is wrong: a case twice in one run names both lines."""
     current: Any = _NO_RUN
+    cases: dict[str, str] = {}  # case id -> where, in the run being read
     count = 0
     for where, data in read_lines(stream, name):
         count += 1
         kind = data["kind"]
         if kind == "run":
-            line = RunLine(data, where)
-            current = line.file_id
-            runs.add(current)
+            current, cases = RunLine(data, where).file_id, {}
         elif kind == "result":
             if current is _NO_RUN or data.get("run") != current:
                 raise UsageError(f"{where}: a result before its run line")
-            read_result(data, where)
+            case_id = read_result(data, where).case.id
+            if case_id in cases:
+                raise UsageError(
+                    f"{where}: case {case_id} again in this run (first at {cases[case_id]})"
+                )
+            cases[case_id] = where
         else:
             current = _NO_RUN
             _check_triage(data, where)
