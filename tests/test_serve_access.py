@@ -20,8 +20,9 @@ from test_serve_triage import TOKEN, _fill, _post
 
 from convmatrix.cli import main
 from convmatrix.core.errors import UsageError
+from convmatrix.db.queries import MAX_ID
 from convmatrix.service.access import MAX_TOKEN, MIN_TOKEN, Hosts, Throttle, read_token
-from convmatrix.service.inputs import MAX_ID, parse_id
+from convmatrix.service.inputs import parse_id
 
 with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
     warnings.simplefilter("ignore")
@@ -51,7 +52,8 @@ BODIES = {
     "Latin-1, not UTF-8": '{"note": "caf\u00e9"}'.encode("latin-1"),
     "UTF-8 of a surrogate": b'{"note": "\xed\xa0\x80"}',
 }
-IDS = ["\u00b2", "1\u00b2", "\u0661", "9" * 19, "9" * 30, str(2**63), "-1", "1.0", "0x1", "+1"]
+IDS = ["\u00b2", "1\u00b2", "\u0661", str(2**31), "9" * 19, "9" * 30, str(2**63), "-1", "1.0",
+       "0x1", "+1"]  # fmt: skip
 
 
 def _refusals(client: TestClient) -> list[tuple[str, int, str]]:
@@ -65,16 +67,19 @@ def _refusals(client: TestClient) -> list[tuple[str, int, str]]:
         for path in (f"/api/regressions/{target}", f"/api/alerts/{target}"):
             answer = _post(client, path, {"note": "x"})
             answers.append((f"POST {path}", answer.status_code, answer.text))
-        for page in ("alerts", "regressions"):
+        for page in ("alerts", "regressions", "runs"):  # a run: no id, label or commit
             for path in (f"/{page}/{target}", f"/api/{page}/{target}"):
                 answer = client.get(path)
                 answers.append((f"GET {path}", answer.status_code, answer.text))
+        answer = client.get(f"/api/diff/{target}/1")
+        answers.append((f"GET /api/diff/{target}/1", answer.status_code, answer.text))
     return answers
 
 
 def test_malformed_ids_bodies_and_text_are_400_or_404_on_both_backends(db_url):
-    """Each of these was a 500 (RecursionError, ValueError, UnicodeEncodeError, int('²')) or,
-    on PostgreSQL, a 503 'cannot use database' (a NUL in text, an id past BIGINT)."""
+    """Each of these was a 500 (RecursionError, ValueError, UnicodeEncodeError, int('²'), an id
+    past INTEGER on PostgreSQL) or, on PostgreSQL, a 503 'cannot use database' (a NUL in
+    text, an id past INTEGER in a write)."""
     _fill(db_url)
     with TestClient(create_app(db_url, token=TOKEN), raise_server_exceptions=False) as client:
         before = client.get("/api/regressions/1").json()["regression"]
@@ -99,7 +104,7 @@ def test_a_note_keeps_its_line_breaks_and_any_language(client_and_reg):
     assert answer.json()["regressions"][0]["note"] == note
 
 
-def test_ids_are_ascii_digits_within_bigint():
+def test_ids_are_ascii_digits_an_integer_column_holds():
     assert parse_id("12") == 12 and parse_id(str(MAX_ID)) == MAX_ID
     for bad in [*IDS, "", " 1", "1 "]:
         assert parse_id(bad) is None, bad

@@ -2,9 +2,10 @@
 
 - A path parameter or query value with a NUL (PostgreSQL refuses it in text) or other control
   character, or longer than any name the database holds, is malformed: 400 with one line.
-- An id (``/alerts/{id}``, ``/regressions/{id}``, the write API's) is ASCII digits within a
-  BIGINT: ``²`` or ``١`` (``str.isdigit`` says yes, ``int`` reads some, no column holds
-  them) and a 20-digit number name no row, so they are 404 like any id that matches nothing.
+- An id (``/alerts/{id}``, ``/regressions/{id}``, the write API's) is ASCII digits its
+  column holds (``db.queries.MAX_ID``: INTEGER, which PostgreSQL refuses past 2**31 - 1):
+  ``²`` or ``١`` (``str.isdigit`` says yes, ``int`` reads some) and a larger number name no
+  row, so they are 404 like any id that matches nothing.
 - Text a request stores (a note, an assignee, a bug link, who) holds no NUL, no lone
   surrogate (UTF-8 cannot encode one: SQLite and PostgreSQL both refuse it) and, but for
   a note's line breaks and tabs, no control character: 400 naming the field.
@@ -17,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from convmatrix.core.errors import InputError, UsageError
+from convmatrix.db.queries import MAX_ID
 
 __all__ = [
     "ID_PARAMS",
-    "MAX_ID",
     "MAX_PARAM",
     "check_ids",
     "check_params",
@@ -29,7 +30,6 @@ __all__ = [
 ]
 
 MAX_PARAM = 1000  # characters of one parameter: a label is at most 200, a date about 30
-MAX_ID = 2**63 - 1  # the largest BIGINT: no row has a larger id
 ID_PARAMS = ("alert_id", "regression_id", "id")  # path parameters that are row ids
 _LINE_BREAKS = "\t\n\r"
 
