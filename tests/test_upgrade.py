@@ -3,9 +3,9 @@
 ``resources/upgrade/release-0007.json`` holds every row that release's own code wrote (its
 writer, scan and triage: three nightly runs, 58 regressions kept one per case, kind and
 output, in no alert; ``write_release_0007.py`` beside it says how it was made). Here the
-schema is built by running the migrations up to that release's revision 0007 (unchanged
-since: ``git diff 25c6ca1 -- convmatrix/db/migrations/versions/000[1-7]*`` is empty), the
-rows are inserted as they were, and ``convmatrix db upgrade`` brings it to today's schema, on
+schema is built by running the migrations up to that release's revision 0007 (0001 to 0007
+are unchanged since that release: ``git diff 25c6ca1`` shows none of them), the rows are
+inserted as they were, and ``convmatrix db upgrade`` brings it to today's schema, on
 SQLite and PostgreSQL. After it ``convmatrix regressions`` printed "no alerts" (``[]`` in
 JSON) while 38 of those regressions were open and the served page listed them.
 """
