@@ -210,13 +210,14 @@ def _split_host(header: str) -> tuple[str, int | None] | None:
     """(name, port) of a Host header; ``None`` when it is not one."""
     if header.startswith("["):  # [IPv6]:port
         name, _, rest = header[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else None if not rest else "x"
+        if rest and not rest.startswith(":"):
+            return None
+        port = rest[1:]
     else:
-        name, colon, port = header.rpartition(":") if ":" in header else (header, "", None)
-        port = port if colon else None
-    if port is not None and not (port.isascii() and port.isdigit() and len(port) <= 5):
+        name, _, port = header.partition(":")
+    if port and not (port.isascii() and port.isdigit() and len(port) <= 5):
         return None
-    return name.lower().rstrip("."), None if port is None else int(port)
+    return name.lower().rstrip("."), int(port) if port else None
 
 
 @dataclass(frozen=True)
