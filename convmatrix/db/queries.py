@@ -54,10 +54,10 @@ __all__ = [
     "resolve_run",
 ]
 
-# What names a run (``resolve_run``): an id a BIGINT holds, a label (200 characters at most:
+# What names a run (``resolve_run``): an id its column holds, a label (200 characters at most:
 # --label), a kernel commit (40 hex digits) or a prefix of one. Anything longer is malformed.
 MAX_RUN_SPEC = 200
-MAX_ID = (1 << 63) - 1
+MAX_ID = (1 << 31) - 1  # ids are INTEGER: 4 bytes on PostgreSQL, which refuses a larger one
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -215,7 +215,7 @@ def resolve_run(session: Reader, spec: str | int) -> RunInfo:
         if found is None:
             raise UsageError("run 'latest': the database holds no runs yet")
         return _run_info(found)
-    is_id = text.isascii() and text.isdigit() and int(text) <= MAX_ID  # a BIGINT holds it
+    is_id = text.isascii() and text.isdigit() and int(text) <= MAX_ID  # its column holds it
     if is_id and (run := session.execute(select(runs).where(r.id == int(text))).first()):
         return _run_info(run)
     matches = [
