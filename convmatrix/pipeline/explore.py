@@ -114,20 +114,34 @@ def round_limits(
 
 @contextlib.contextmanager
 def _faults(what: str) -> Iterator[None]:
-    """The machine or the database failing under ``what``: an ``InfrastructureError``."""
+    """The machine or the database failing under ``what``: an ``InfrastructureError``, also
+    when a layer below said so in its own words (a ``UsageError`` "cannot use database"
+    raised from the driver's error: the database served the rounds before this one)."""
     try:
         yield
-    except RuntimeError as exc:
-        if "can't start new thread" not in str(exc):
+    except InfrastructureError:
+        raise
+    except Exception as exc:
+        reason = _fault(exc)
+        if reason is None:
             raise
-        raise InfrastructureError(f"{what}: {exc} (no thread left to start)") from exc
-    except OSError as exc:
-        if exc.errno not in _EXHAUSTED:
-            raise
-        raise InfrastructureError(f"{what}: {exc}") from exc
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise InfrastructureError(f"{what}: database failure: {reason}") from exc
+        raise InfrastructureError(f"{what}: {reason}") from exc
+
+
+def _fault(exc: BaseException) -> str | None:
+    """One line saying what failed when ``exc``, or an exception behind it, is a fault of
+    the machine (no thread, process, file or memory left) or of the database; else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SQLAlchemyError):
+            cause = str(getattr(seen, "orig", None) or seen).strip().splitlines()[0]
+            return str(exc) if exc is not seen else f"database failure: {cause}"
+        if isinstance(seen, RuntimeError) and "can't start new thread" in str(seen):
+            return f"{seen} (no thread left to start)"
+        if isinstance(seen, OSError) and seen.errno in _EXHAUSTED:
+            return str(seen)
+        seen = seen.__cause__
+    return None
 
 
 class _Rounds:
