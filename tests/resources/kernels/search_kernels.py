@@ -32,6 +32,16 @@ class Hangs(TorchKernel):
         return super().update(x, conv_state, weight, bias, **kwargs)
 
 
+def _slow_call(x: torch.Tensor) -> None:
+    """``SLOW_S`` seconds; the call's ``length,channels`` appended to ``$CALLS_LOG`` when set
+    (a test watches it to know which case the search is running)."""
+    log = os.environ.get("CALLS_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{x.shape[-1]},{x.shape[1]}\n")
+    time.sleep(float(os.environ.get("SLOW_S", "0.3")))
+
+
 class SlowReversedTaps(TorchKernel):
     """Wrong on every case (the taps reversed) and ``SLOW_S`` seconds per call: a search finds
     failures in its first round and is still busy a few seconds later, when a test stops it."""
@@ -39,11 +49,11 @@ class SlowReversedTaps(TorchKernel):
     name = "slow_reversed_taps"
 
     def forward(self, x, weight, bias=None, **kwargs):
-        time.sleep(float(os.environ.get("SLOW_S", "0.3")))
+        _slow_call(x)
         return super().forward(x, weight.flip(-1), bias, **kwargs)
 
     def update(self, x, conv_state, weight, bias=None, **kwargs):
-        time.sleep(float(os.environ.get("SLOW_S", "0.3")))
+        _slow_call(x)
         return super().update(x, conv_state, weight.flip(-1), bias, **kwargs)
 
 
