@@ -194,6 +194,7 @@ class _Rounds:
                 # it was recorded"): the round is cut, nothing failed.
                 if self.stopping.signum is None and not self.stopping.budget_spent:
                     raise
+            self.stopping.settle()  # whatever stopped the round was taken
             _internal_error(number, output.getvalue())
             return self._result(run_id or self._labelled(label))
 
@@ -305,6 +306,7 @@ def explore_kernel(
                 on_round=keep,
             )  # fmt: skip
         finally:
+            stopping.settle()
             if shrink is not None:
                 shrink.close()
         report.signal = stopping.signal_name

@@ -15,6 +15,12 @@ SIGINT: xdist stops its workers on an interrupt only by asking them to exit afte
 and waits 10 s before it kills one, so a worker in a long (or hung) case would hold the stop
 for that long; its own SIGINT handler ends the case at once instead.
 
+Trap: an exception raised by a signal handler is lost when the handler happens to run inside a
+garbage collector's callback or a ``__del__`` (Python prints "Exception ignored" and goes on).
+So a stop insists: until the search says it took it (``settle``), it is raised again every
+``INSIST_S`` seconds (``_thread.interrupt_main``: simulated, never a real signal, so nothing
+happens once the handler is gone).
+
 Trap: pytest's own SIGTERM handler (``runners.plugin``) is installed only where none is, and
 stays installed after the session; without these handlers a SIGTERM during a round ended
 that round only, and the search went on to its budget.
@@ -22,12 +28,15 @@ that round only, and the search went on to its budget.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import glob
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from convmatrix.runners.interrupts import note_signal
@@ -35,6 +44,7 @@ from convmatrix.runners.interrupts import note_signal
 __all__ = ["BudgetSpent", "Stopping", "stoppable"]
 
 _STOPS = (signal.SIGINT, signal.SIGTERM)
+INSIST_S = 2.0  # a stop not taken yet is raised again this often
 
 
 class BudgetSpent(KeyboardInterrupt):
@@ -49,23 +59,51 @@ class Stopping:
     signum: int | None = None
     budget_spent: bool = False
     forward: bool = False  # pass the stop on to this process's children (xdist workers)
+    _unsettled: set[int] = field(default_factory=set, repr=False)  # stops not taken yet
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def signal_name(self) -> str | None:
         return None if self.signum is None else signal.Signals(self.signum).name
 
+    def settle(self, signum: int | None = None) -> None:
+        """The search took the stop (``signum``'s; None: every one): no more insisting."""
+        with self._lock:
+            if signum is None:
+                self._unsettled.clear()
+            else:
+                self._unsettled.discard(signum)
+
     def _signalled(self, signum: int, frame: Any) -> None:
+        # No lock here: the handler runs in the main thread, which may hold it (settle).
         note_signal(signum)
         if self.signum is None:
             self.signum = signum
+            self._insist(signum)
         self._pass_on()
         raise KeyboardInterrupt(f"signal {signum}")
 
     def _spent(self, signum: int, frame: Any) -> None:
         note_signal(signum)  # a case in this process leaves, it is not "crashed"
-        self.budget_spent = True
+        if not self.budget_spent:
+            self.budget_spent = True
+            self._insist(signum)
         self._pass_on()
         raise BudgetSpent("the search's budget ran out")
+
+    def _insist(self, signum: int) -> None:
+        """Raise ``signum``'s stop again every ``INSIST_S`` until it is settled."""
+        self._unsettled.add(signum)
+
+        def again() -> None:
+            while True:
+                time.sleep(INSIST_S)
+                with self._lock:
+                    if signum not in self._unsettled:
+                        return
+                    _thread.interrupt_main(signum)
+
+        threading.Thread(target=again, name="convmatrix-stop", daemon=True).start()
 
     def _pass_on(self) -> None:
         if not self.forward:
@@ -89,6 +127,7 @@ class Stopping:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            self.settle(signal.SIGALRM)
             signal.signal(signal.SIGALRM, previous)
 
 
@@ -117,5 +156,6 @@ def stoppable() -> Iterator[Stopping]:
     try:
         yield stopping
     finally:
+        stopping.settle()
         for signum, handler in saved.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
