@@ -110,7 +110,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "docs/spec.md (biased toward tile and power-of-two boundaries and the kernel's "
         "contract edges), run them in rounds like `run` (recorded as runs of kind explore), "
         "shrink each failure and write the failing cases as a matrix file. Exit 1 when a "
-        "failure was found, 0 when the budget ran out without one."
+        "failure was found, 0 when the budget ran out without one, 3 when the machine or the "
+        "database failed, 130 on SIGINT/SIGTERM (the findings so far are written each time)."
     )
     add_cli_options(p, only=("kernel", "device", "workers", "db", "executor", "address"))
     p.add_argument("--budget", default="10m", help="search time: 90s, 10m, 1h (default 10m)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument, check_writable
@@ -42,13 +43,15 @@ def shrink_command(args: argparse.Namespace) -> int:
             database, args.run, args.case, max_runs=args.max_runs, out=out,
             isolate=not args.in_process, record=not args.no_record,
         )  # fmt: skip
-    code = 130 if shrunk.result.interrupted else 0
     if args.format == "json":
         print(json.dumps(shrunk.to_json(), indent=2, default=str))
-        return code
-    print(terminal_safe("\n".join(shrunk.lines(path=True))))
-    print(terminal_safe(shrunk.result.include_snippet()))
-    return code
+    else:
+        print(terminal_safe("\n".join(shrunk.lines(path=True))))
+        print(terminal_safe(shrunk.result.include_snippet()))
+    if not shrunk.result.interrupted:
+        return 0
+    print("convmatrix shrink: interrupted: the smallest case so far is kept", file=sys.stderr)
+    return 130
 
 
 def _passed_on(args: argparse.Namespace, out: Path) -> list[str]:
