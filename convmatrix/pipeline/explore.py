@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from convmatrix.core.case import Case
@@ -182,6 +182,7 @@ class _Rounds:
         output = io.StringIO()
         run_id = None
         with _faults(f"round {number}"):
+            newest = self._newest()
             try:
                 with self.stopping.alarm(cut_s), contextlib.redirect_stdout(output):
                     end = run(options, self.database)  # the progress line is the output
@@ -196,13 +197,19 @@ class _Rounds:
                     raise
             self.stopping.settle()  # whatever stopped the round was taken
             _internal_error(number, output.getvalue())
-            return self._result(run_id or self._labelled(label))
+            return self._result(run_id or self._labelled(label, newest))
 
-    def _labelled(self, label: str) -> int | None:
-        """The latest run of ``label``: a round cut outside its session has no account."""
+    def _newest(self) -> int:
         with self.database.reading() as session:
-            query = select(runs.c.id).where(runs.c.label == label).order_by(runs.c.id.desc())
-            return session.scalar(query.limit(1))
+            return session.scalar(select(func.max(runs.c.id))) or 0
+
+    def _labelled(self, label: str, newest: int) -> int | None:
+        """The run of ``label`` this round recorded, if it did (a round cut outside its
+        session has no account): one newer than ``newest``, so never an earlier search's
+        round of the same kernel and seed."""
+        with self.database.reading() as session:
+            query = select(runs.c.id).where(runs.c.label == label, runs.c.id > newest)
+            return session.scalar(query.order_by(runs.c.id.desc()).limit(1))
 
     def _result(self, run_id: int | None) -> RoundResult:
         failures: dict[str, str] = {}
