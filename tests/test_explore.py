@@ -406,3 +406,26 @@ def test_a_database_gone_mid_search_ends_in_one_line_and_exit_3_with_the_finding
     found = tmp_path / "found.yaml"
     assert "stopped by an infrastructure failure" in found.read_text()
     assert expand_matrix(load_matrix(str(found)), TILED).cases
+
+
+def test_what_counts_as_the_machines_fault():
+    """The faults that end a search as infrastructure (exit 3), also behind a lower layer's
+    own error; anything else is a bug to show, not to call infrastructure. (The thread fault
+    is not provoked for real: as root no process limit holds.)"""
+    import errno
+
+    from sqlalchemy.exc import OperationalError
+
+    from convmatrix.pipeline.explore import _fault
+
+    assert "can't start new thread" in _fault(RuntimeError("can't start new thread"))
+    assert _fault(BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable"))
+    try:
+        try:
+            raise OperationalError("connect", {}, Exception("Connection refused"))
+        except OperationalError as err:
+            raise UsageError("cannot use database x: connection failed") from err
+    except UsageError as exc:
+        assert _fault(exc) == "cannot use database x: connection failed"
+    assert _fault(RuntimeError("a kernel's own error")) is None
+    assert _fault(UsageError("--budget 'soon'")) is None
