@@ -1,12 +1,15 @@
 """Confirmation before alerting, and the CI outputs of a real ``convmatrix run``: a failure
 that does not reproduce on rerun is flaky and does not fail ``--fail-on new-regressions``; one
 that does is confirmed and does; a nightly failing the same case again is not new; JUnit XML
-and the markdown summary come from the run itself. Real subprocesses, a real SQLite file."""
+and the markdown summary come from the run itself; a checkout with local changes at the recorded
+commit is not the code the run tested. Real subprocesses, a real SQLite file, a real git
+repository."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from kernel_repo import BAD, cli, nightly, repository
 from runner_helpers import TINY, TINY_L7, convmatrix_cmd, run, runs
 from sqlalchemy.orm import Session
 
@@ -80,3 +83,31 @@ def test_confirm_command_without_regressions(tmp_path, capsys):
     assert _run(tmp_path, url, switch, "good").returncode == 0
     assert main(["confirm", "1", "--db", url]) == 0
     assert "no detected regression to confirm" in capsys.readouterr().out
+
+
+# -- the code a confirmation reruns: the recorded commit, as it was ----------------------------
+
+
+def test_confirm_refuses_a_dirty_checkout_at_the_recorded_commit(tmp_path):
+    """The run tested commit ``bad`` as committed; the checkout stands at ``bad`` with a local
+    change to the kernel's file: rerunning that is not rerunning what the run tested, so
+    ``confirm`` refuses (exit 2, naming the commit and the local changes) and marks nothing;
+    ``--checkout`` reruns the commit as committed, from a temporary worktree."""
+    repo, good, bad = repository(tmp_path)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    assert nightly(repo, good, url).returncode == 0
+    broken = nightly(repo, bad, url)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    (repo / "repok.py").write_text(BAD + "# a local change, never committed\n")
+
+    refused = cli(repo, "confirm", "2", "--db", url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"at {bad} with local changes" in refused.stderr, refused.stderr
+    assert {r.state for r in _regressions(url)} == {"detected"}
+    assert len(runs(url)) == 2  # nothing was rerun
+
+    rerun = cli(repo, "confirm", "2", "--checkout", "--db", url)
+    assert rerun.returncode == 1, rerun.stdout + rerun.stderr  # reproduced
+    assert {r.state for r in _regressions(url)} == {"confirmed"}
+    confirm = runs(url)[-1]
+    assert (confirm.kind, confirm.kernel_commit, confirm.kernel_dirty) == ("confirm", bad, False)

@@ -4,23 +4,19 @@ A rerun is a run of its own (kind ``confirm``, labelled ``confirm:<run>``, never
 another device of the same kind when the machine has one, so a fault of one card is told
 apart from one of the kernel; ``service.confirm`` judges it and attaches it to the alert.
 
-It reruns the kernel the run tested, or nothing: the kernel's checkout must stand at the
-commit the run recorded. When it does not (another commit, or local changes the run did not
-have), the rerun is refused with both commits named, or, with ``checkout=True``, made from a
-temporary git worktree at the recorded commit, in a process of its own whose import path
-starts there. The rerun records the commit it actually ran (its own provenance), never the
-one it was asked about.
+It reruns the kernel the run tested, or nothing (``pipeline.checkout.recorded_code``, the
+check ``shrink`` makes too): the kernel's checkout must stand at the commit the run recorded.
+When it does not (another commit, or local changes the run did not have), the rerun is
+refused with both commits named, or, with ``checkout=True``, made from a temporary git
+worktree at the recorded commit, in a process of its own whose import path starts there.
+The rerun records the commit it actually ran (its own provenance), never the one it was
+asked about.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import select
@@ -31,11 +27,9 @@ from convmatrix.db.database import Database
 from convmatrix.db.engine import absolute_url
 from convmatrix.db.queries import RunInfo
 from convmatrix.db.tables import runs
+from convmatrix.pipeline.checkout import recorded_code, worktree_env
 from convmatrix.pipeline.steps import RunState, execute, prepare, walk
-from convmatrix.runners.controller import load_kernel
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.provenance import KernelIdentity, kernel_identity
-from convmatrix.service.bisect import git
 from convmatrix.service.confirm import Confirmation, judge_rerun, pending
 
 __all__ = ["confirm", "confirm_run", "rerun_device"]
@@ -67,47 +61,6 @@ def _rerun_options(
     )
 
 
-def _stands_at(run: RunInfo, identity: KernelIdentity) -> str | None:
-    """Why the kernel's code here is not the code ``run`` tested; None when it is."""
-    recorded = run.kernel_commit
-    commit, dirty = identity.recorded()
-    if recorded is None or commit is None:
-        return None  # nothing recorded to hold it to (or nothing to tell here)
-    where = f" ({Path(identity.path).parent})" if identity.path else ""
-    if commit != recorded:
-        return (
-            f"run {run.id} tested kernel commit {recorded}; the kernel's checkout{where} is "
-            f"at {commit}"
-        )
-    if dirty and not run.kernel_dirty:  # a run made dirty is rerun dirty, and recorded so
-        return (
-            f"run {run.id} tested kernel commit {recorded}; the kernel's checkout{where} is "
-            "at it with local changes"
-        )
-    return None
-
-
-@contextmanager
-def _worktree(identity: KernelIdentity, commit: str) -> Iterator[Path]:
-    """A temporary worktree of the kernel's repository at ``commit``; yields the directory
-    to put first on the import path there (where the kernel's top-level package lives)."""
-    if identity.path is None:
-        raise UsageError(f"--checkout: the kernel's module {identity.module} has no file")
-    source = Path(identity.path).resolve()
-    top = Path(git(source.parent, "rev-parse", "--show-toplevel").stdout.strip())
-    depth = len(identity.module.split(".")) - (0 if source.name == "__init__.py" else 1)
-    root = source.parents[depth] if depth < len(source.parents) else source.parent
-    scratch = Path(tempfile.mkdtemp(prefix="convmatrix-confirm-"))
-    tree = scratch / "worktree"
-    git(top, "worktree", "add", "--detach", str(tree), commit)
-    try:
-        yield tree / root.relative_to(top)
-    finally:
-        subprocess.run(["git", "-C", str(top), "worktree", "remove", "--force", str(tree)],
-                       capture_output=True, timeout=120)  # fmt: skip
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> int:
     """The rerun as ``convmatrix run`` in a process importing the kernel from ``root``."""
     matrix = options.matrix or ""
@@ -119,9 +72,7 @@ def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> i
             "--label", str(options.label), "--kind", "confirm"]  # fmt: skip
     for case in options.cases:
         argv += ["--case", case]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
-    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
+    done = subprocess.run(argv, cwd=root, env=worktree_env(root), capture_output=True, text=True)
     if done.returncode not in (0, 1):
         reason = (done.stderr or done.stdout).strip().splitlines()
         raise UsageError(f"confirm: the rerun in the worktree failed: {reason[-1:]}")
@@ -147,21 +98,13 @@ def confirm_run(
     if not regressions:
         return Confirmation(run.id, None, [], [])
     options = _rerun_options(run, database, workers, sorted({r.case_id for r in regressions}))
-    identity = kernel_identity(load_kernel(options.kernel))
-    why = _stands_at(run, identity)
-    if why is not None and not checkout:
-        raise UsageError(
-            f"confirm: {why}: check out {run.kernel_commit} there, or pass --checkout to "
-            "rerun from a temporary worktree at it (nothing was rerun or marked)"
-        )
-    if why is not None:
-        assert run.kernel_commit is not None
-        with _worktree(identity, run.kernel_commit) as root:
+    with recorded_code(run, str(options.kernel), "confirm", checkout=checkout) as root:
+        if root is not None:
             rerun_id = _rerun_in_worktree(options.checked(), root, database)
-    else:
-        end = walk(options, database, (("prepare", prepare), ("execute", execute)))
-        assert end.account.run_id is not None, "a rerun into a database is recorded"
-        rerun_id = end.account.run_id
+        else:
+            end = walk(options, database, (("prepare", prepare), ("execute", execute)))
+            assert end.account.run_id is not None, "a rerun into a database is recorded"
+            rerun_id = end.account.run_id
     with database.writing() as session:
         confirmed, flaky = judge_rerun(session, regressions, rerun_id)
     return Confirmation(run.id, rerun_id, confirmed, flaky)
