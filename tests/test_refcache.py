@@ -293,3 +293,37 @@ def test_the_directory_is_only_created_by_a_write(tmp_path):
     root = tmp_path / "refs"
     assert list(CacheDir(root).files()) == [] and CacheDir(root).usage() == (0, 0)
     assert not Path(root).exists()
+
+
+def test_a_run_larger_than_the_cache_says_so_and_keeps_its_largest_cases(tmp_path):
+    """The tiny matrix's three forward entries against a limit that holds only the largest:
+    the run says so before it starts and stores that one; the next run reads it and leaves
+    the other two out, judging all alike."""
+    import subprocess
+
+    from runner_helpers import TINY, child_env, convmatrix_cmd, results
+
+    from convmatrix.matrix import expand_matrix, load_matrix
+
+    forward = [c for c in expand_matrix(load_matrix(str(TINY)), None).cases if c.op != "update"]
+    largest = max(forward, key=lambda c: (entry_bytes(c), c.id))
+    limit = entry_bytes(largest) + 100
+    url, root = f"sqlite:///{tmp_path / 'r.db'}", tmp_path / "refs"
+    outs = []
+    for cache in ("off", str(root), str(root)):
+        args = ["run", "--matrix", str(TINY), "--kernel", "torch", "-n", "0", "--db", url,
+                "--reference-cache", cache, "--reference-cache-size", str(limit)]  # fmt: skip
+        done = subprocess.run(convmatrix_cmd(*args), cwd=tmp_path, env=child_env(),
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        outs.append(done.stdout)
+    note = "reference cache: the 3 cached cases' references need about"
+    assert note not in outs[0] and note in outs[1] and "keeping the 1 largest" in outs[1]
+    torch_spec = BoundSpec(TorchKernel().capabilities, Policy())
+    assert [f.name[:40] for f in CacheDir(root).files()] == [key_of(largest, spec=torch_spec).hex]
+    stats = CacheDir(root).stats()
+    assert (stats["hit"], stats["miss"], stats["skipped"]) == (1, 1, 4)
+    first, *others = ([(r.case.id, r.outcome, [(o.output, o.bound_usage, o.e_abs)
+                                                for o in r.outputs]) for r in results(url, i)]
+                      for i in (1, 2, 3))  # fmt: skip
+    assert all(other == first for other in others)

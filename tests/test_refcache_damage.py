@@ -158,27 +158,29 @@ def _entries(root: Path) -> list[Path]:
 
 
 def test_runs_judge_alike_off_cold_warm_and_on_damaged_entries(tmp_path):
+    """The smoke matrix with ``torch``: off, cold (fills the cache), warm (reads it), then
+    with one byte of every entry flipped (the header, a block, the last byte in turn)."""
     url, root = f"sqlite:///{tmp_path / 'r.db'}", tmp_path / "refs"
-    for cache in ("off", str(root), str(root)):  # off, cold (fills it), warm (reads it)
-        done = _run(tmp_path, url, cache)
+    for cache in ("off", str(root), str(root)):
+        done = _run(tmp_path, url, cache, matrix="smoke")
         assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "off").exists()
     entries = _entries(root)
-    assert len(entries) == 3  # the forward cases
-    for i, path in enumerate(entries):  # one byte each: the header, a block, the last byte
+    assert len(entries) == 22  # the forward cases
+    for i, path in enumerate(entries):
         raw = path.read_bytes()
-        _flip(path, [64, _payload_start(raw) + 3, len(raw) - 1][i])
-    damaged = _run(tmp_path, url, str(root))
+        _flip(path, [64, _payload_start(raw) + 3, len(raw) - 1][i % 3])
+    damaged = _run(tmp_path, url, str(root), matrix="smoke")
     assert damaged.returncode == 0, damaged.stdout
     warnings = [x for x in damaged.stdout.splitlines() if "reference cache: warning" in x]
-    assert len(warnings) == 1 and "3 entries failed a check" in warnings[0]
+    assert len(warnings) == 1 and "22 entries failed a check" in warnings[0]
     assert _verdicts(url, 1) == _verdicts(url, 2) == _verdicts(url, 3) == _verdicts(url, 4)
     stats = CacheDir(root).stats()
-    assert (stats["miss"], stats["hit"], stats["damaged"]) == (3, 3, 3)
+    assert (stats["miss"], stats["hit"], stats["damaged"], stats["stored"]) == (22, 22, 22, 44)
     # A planted entry with a valid checksum: a run believes what its key names, which shows
     # the warm runs above read the cache (the y reference moved by 1.0 fails its case).
     _plant(entries[0], lambda name, r: r + 1.0 if name == "y" else r)
-    done = _run(tmp_path, url, str(root))
+    done = _run(tmp_path, url, str(root), matrix="smoke")
     assert done.returncode == 1 and "1 failed" in done.stdout, done.stdout
 
 
@@ -195,20 +197,35 @@ def _plant(path: Path, change) -> None:
 
 def test_a_seeded_bug_fails_alike_cold_warm_and_on_damaged_entries(tmp_path):
     """``seeded:halo_off_by_one`` on the smoke matrix: the same cases fail with the same
-    usages cold, warm, and with a byte of every entry's last bound flipped (damaged
+    usages cold, warm, and with every entry's bounds overwritten by 3.4e38 (damaged
     magnitudes once made it pass with usage 0)."""
     url, root = f"sqlite:///{tmp_path / 'r.db'}", str(tmp_path / "refs")
     kernel = "seeded:halo_off_by_one"
     codes = [_run(tmp_path, url, root, kernel=kernel, matrix="smoke").returncode
              for _ in range(2)]  # fmt: skip
     for path in _entries(Path(root)):
-        _flip(path, path.stat().st_size - 5)
-    codes.append(_run(tmp_path, url, root, kernel=kernel, matrix="smoke").returncode)
-    assert codes == [1, 1, 1]
-    cold, warm, damaged = (_verdicts(url, i) for i in (1, 2, 3))
-    assert cold == warm == damaged
+        _inflate_bounds(path)
+    damaged = _run(tmp_path, url, root, kernel=kernel, matrix="smoke")
+    assert [*codes, damaged.returncode] == [1, 1, 1]
+    assert "22 entries failed a check" in damaged.stdout
+    cold, warm, after = (_verdicts(url, i) for i in (1, 2, 3))
+    assert cold == warm == after
     failed = [v for v in cold.values() if v[0] == "failed"]
     assert failed and max(u for _, outs in failed for _, u, *_ in outs if u) > 2
+
+
+def _inflate_bounds(path: Path) -> None:
+    """Every bound of the entry at ``path`` overwritten with 0x7f bytes (3.4e38 in float32),
+    its checksums left as they were."""
+    raw = bytearray(path.read_bytes())
+    header = json.loads(raw[24 : 24 + int.from_bytes(raw[8:16], "little")])
+    start = _payload_start(bytes(raw))
+    for block in header["blocks"]:
+        for _, part, dtype, shape, offset in block["tensors"]:
+            if part == "bound":
+                n = int(torch.tensor(shape).prod()) * (4 if dtype == "float32" else 8)
+                raw[start + offset : start + offset + n] = b"\x7f" * n
+    path.write_bytes(bytes(raw))
 
 
 @pytest.fixture
