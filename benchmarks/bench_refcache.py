@@ -12,8 +12,8 @@ them; docs/benchmarks.md records them):
   float32 and bfloat16, with and without SiLU;
 - ``checksum``: GB/s of CRC-32 (what an entry's blocks are checked with), BLAKE2b and SHA-256
   over a mapped entry, and what checking and keying cost against the warm reference phase;
-- ``phase``: one case's reference phase in this process: computed (cache off), cold (computed
-  and stored), warm (read and checked), with the ratios;
+- ``phase``: one case's reference phase in this process, at one thread, wall and CPU time:
+  computed (cache off), cold (computed and stored), warm (read and checked), with the ratios;
 - ``run``: ``--cases`` of ``--matrix``'s smallest forward cases run twice by the CLI into an
   empty cache, then warm, with each run's recorded phases, the ratios and whether verdicts
   and bound usages are identical.
@@ -48,27 +48,26 @@ CPU = torch.device("cpu")
 BASE = Case("bench", "fwd_bwd", 4, 256, 2, seqlen=4096, activation="silu", bias=True)
 
 
-def _consume(case: Case, cache: ReferenceCache | None) -> float:
+def _consume(case: Case, cache: ReferenceCache | None) -> tuple[float, float]:
+    """(wall, CPU) seconds of judging's pass over ``case``'s reference blocks."""
     inputs = build_inputs(case, CPU)
     blocks = channel_blocks(case, inputs)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in judged_blocks(case, inputs, blocks, SPEC, cache=cache):
         pass
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def _v1_bytes(case: Case) -> int:
-    """What version 1 stored: every reference and magnitude tensor in float64, a tensor
-    shared between fields (dx's elem is its mag) once."""
+    """What version 1's ``torch.save`` wrote: every storage behind a block's references and
+    magnitudes (float64) once (a view saves its whole storage; dx's elem is its mag)."""
     inputs = build_inputs(case, CPU)
-    seen, total = set(), 0
+    total = 0
     for _, (refs, mags) in reference_blocks(case, inputs, channel_blocks(case, inputs)):
         held = list(refs.values())
         held += [t for m in mags.values() for t in (m.mag, m.elem, m.zsens) if t is not None]
-        for t in held:
-            if t.data_ptr() not in seen:
-                seen.add(t.data_ptr())
-                total += t.numel() * t.element_size()
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held}
+        total += sum(storages.values())
     return total
 
 
@@ -127,17 +126,17 @@ def checksum(root: Path) -> None:
 
 def phase(root: Path, rounds: int = 3) -> None:
     case = replace(BASE, dim=1024)
-    print(f"one case's reference phase (fwd_bwd f32 SiLU, B*C*L = {2 * 1024 * 4096:,}), "
-          f"best of {rounds}:")  # fmt: skip
-    off, cold, warm = [], [], []
+    print(f"one case's reference phase (fwd_bwd f32 SiLU, B*C*L = {2 * 1024 * 4096:,}, one "
+          f"thread), best of {rounds}, wall / CPU s:")  # fmt: skip
+    took: dict[str, list[tuple[float, float]]] = {"off": [], "cold": [], "warm": []}
     for i in range(rounds):
         cache = ReferenceCache(root / f"phase{i}")
-        off.append(_consume(case, None))
-        cold.append(_consume(case, cache))
-        warm.append(_consume(case, cache))
-    o, c, w = min(off), min(cold), min(warm)
-    print(f"  off {o:.3f} s, cold {c:.3f} s (x{c / o:.2f} of off), warm {w:.3f} s "
-          f"(off / warm x{o / w:.1f})")  # fmt: skip
+        took["off"].append(_consume(case, None))
+        took["cold"].append(_consume(case, cache))
+        took["warm"].append(_consume(case, cache))
+    best = {k: (min(w for w, _ in v), min(c for _, c in v)) for k, v in took.items()}
+    for name, (w, c) in best.items():
+        print(f"  {name:<5} {w:7.3f} / {c:7.3f}   x{best['off'][1] / c:.2f} of off's CPU time")
 
 
 def smallest(matrix: str, kernel: str, n: int) -> list[str]:
@@ -195,6 +194,7 @@ def main() -> None:
     parser.add_argument("--kernel", default="torch")
     parser.add_argument("--cases", type=int, default=3)
     args = parser.parse_args()
+    torch.set_num_threads(1)  # the CPU time is then the work, whatever the machine's load
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if "bytes" in args.parts:
