@@ -37,7 +37,7 @@ def _where(spec: str | None) -> tuple[str | None, str]:
     elif os.environ.get(CACHE_ENV):
         how = f"${CACHE_ENV}"
     else:
-        how = f"the default ({default_directory()})"
+        how = "the default"
     return cache_directory(spec), how
 
 
@@ -72,7 +72,7 @@ def cache_command(
     directory = CacheDir(Path(root), limit)
     used, entries = directory.usage()
     stats = directory.stats()
-    print(f"location  {root}  (from {how}; --reference-cache off or {CACHE_ENV}=off disables)")
+    print(f"location  {root}  ({how}; --reference-cache off or {CACHE_ENV}=off turns it off)")
     print(f"size      {human_bytes(used)} in {entries} entries, limit {human_bytes(limit)} "
           f"(--reference-cache-size, default {_DEFAULT_SIZE})")  # fmt: skip
     print(f"reads     {stats['hit']} hits, {stats['miss']} misses, {stats['damaged']} failed "

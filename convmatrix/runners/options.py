@@ -128,9 +128,9 @@ class RunOptions:
     )  # fmt: skip
     reference_cache_size: str = _option(
         "--reference-cache-size", default="8G", metavar="SIZE",
-        help="the reference cache's limit (e.g. 500M, 8G): a run whose references exceed it "
-        "says so and keeps only its largest cases that fit; least recently used entries "
-        "evicted beyond it",
+        help="the reference cache's limit, default 8G (e.g. 500M): a run whose references "
+        "exceed it says so and keeps only its largest cases that fit; least recently used "
+        "entries evicted beyond it",
     )  # fmt: skip
     max_cases: int | None = _option(
         "--max-cases", type=int, metavar="N",
