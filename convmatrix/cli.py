@@ -40,6 +40,7 @@ COMMANDS = {
     "plan": "rank tile sizes for an on-chip memory budget",
     "expand": "list the cases a matrix yields for a kernel",
     "run": "run a matrix against a kernel and record the results",
+    "cache": "show or clear the reference cache runs read and write",
     "adequacy": "measure a matrix: which seeded bugs its cases kill",
     "explore": "search beyond the matrix: drawn cases, failures shrunk",
     "shrink": "shrink a run's failing case to the simplest one failing the same way",

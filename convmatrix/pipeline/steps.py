@@ -6,6 +6,7 @@ there and adds its own part; a step with nothing to do (no database, no ``--repo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +108,10 @@ def execute(state: RunState) -> None:
     """Run every selected case on the executor; the controller records each result once as
     it arrives and closes the run into its account."""
     assert state.setup is not None
-    state.end = RunEnd(state.executor.run(state.setup), fail_on=tuple(state.options.fail_on))
+    cache = state.setup.prepared.cache()  # says what the reference cache keeps, and damage
+    with cache.watching() if cache is not None else contextlib.nullcontext():
+        account = state.executor.run(state.setup)
+    state.end = RunEnd(account, fail_on=tuple(state.options.fail_on))
 
 
 def scan(state: RunState) -> None:

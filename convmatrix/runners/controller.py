@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from collections import Counter
@@ -33,12 +32,12 @@ from convmatrix.runners.execute import Context
 from convmatrix.runners.options import RunOptions, parse_size
 from convmatrix.runners.progress import Progress
 from convmatrix.runners.provenance import kernel_identity
-from convmatrix.runners.refcache import ReferenceCache
+from convmatrix.runners.refcache.cache import ReferenceCache
+from convmatrix.runners.refcache.directory import cache_directory
+from convmatrix.runners.refcache.footprint import admit
 from convmatrix.runners.store import RunStore, Shard, StoredRun
 from convmatrix.runners.threads import ThreadPolicy, decide
 from convmatrix.runners.workload import Workload, combined_identity, load_workload, select_cases
-
-CACHE_ENV = "CONVMATRIX_REFERENCE_CACHE"
 
 __all__ = ["Controller", "Prepared", "Setup", "load_kernel", "prepare", "run_meta"]
 
@@ -77,6 +76,7 @@ class Prepared:
     threads: ThreadPolicy = field(default_factory=ThreadPolicy)  # of every process running cases
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
+    _cache: ReferenceCache | None = field(default=None, repr=False, compare=False)
 
     def workload(self, source: str) -> Workload:
         """The expanded matrix of ``source`` for this kernel, loaded once."""
@@ -95,9 +95,6 @@ class Prepared:
         policy = workload.policy
         if self.rule is not None:
             policy = replace(policy, rule=self.rule)
-        cache = None
-        if self.reference_cache:
-            cache = ReferenceCache(Path(self.reference_cache), self.reference_cache_size)
         return Context(
             self.kernel,
             workload.tolerances,
@@ -106,8 +103,25 @@ class Prepared:
             timing=workload.timing,
             memory_budget_mb=workload.memory_budget_mb,
             reference_device=reference_device(self.reference_device, self.device),
-            reference_cache=cache,
+            reference_cache=self.cache(),
         )
+
+    def cache(self) -> ReferenceCache | None:
+        """The run's reference cache (None: off), admitting the largest of the whole run's
+        planned cases that fit its limit (``refcache.footprint.admit``): the same on the
+        controller, every worker and every shard. Decided once per process."""
+        if not self.reference_cache:
+            return None
+        if self._cache is None:
+            known = [c for w in self.workloads.values() for c in w.cases]
+            caps = self.kernel.capabilities  # skipped and expected-error cases compute none
+            planned = [
+                c for c in select_cases(known, self.wanted, set())
+                if c.expect != "error" and not caps.missing_features(c)
+            ]  # fmt: skip
+            limit = self.reference_cache_size
+            self._cache = ReferenceCache(Path(self.reference_cache), limit, admit(planned, limit))
+        return self._cache
 
     def handover(self) -> dict[str, Any]:
         """What a worker needs to rebuild this run (``rebuild``): plain values only, as
@@ -178,18 +192,6 @@ def reference_device(spec: str, device: torch.device) -> torch.device | None:
             raise UsageError("--reference-device device: an MLU has no float64; use host")
         return None
     return device
-
-
-def cache_directory(spec: str | None) -> str | None:
-    """The reference cache's directory: ``spec``, else ``$CONVMATRIX_REFERENCE_CACHE``, else
-    ``$XDG_CACHE_HOME`` (``~/.cache``) ``/convmatrix/reference``; None for ``off``."""
-    spec = spec or os.environ.get(CACHE_ENV) or None
-    if spec is None:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        spec = str(Path(base) / "convmatrix" / "reference")
-    if spec.strip().lower() == "off":
-        return None
-    return str(Path(spec).expanduser().resolve())
 
 
 def _device(spec: str, spread: bool) -> tuple[torch.device, int]:

@@ -26,7 +26,7 @@ from convmatrix.core.tolerances import OUTPUTS, PARAM_GRADS, Policy, Tolerances
 from convmatrix.core.verdict import judge_output, outcome_of, tolerance_for
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
-from convmatrix.runners.bounds import bound_of, usage_of, zero_floor
+from convmatrix.runners.bounds import usage_of, zero_floor
 from convmatrix.runners.defaults import ProcessState, note_changes, take_changes
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
 from convmatrix.runners.interrupts import is_real_interrupt, kernel_crash_message
@@ -35,8 +35,8 @@ from convmatrix.runners.invoke import (
     channel_blocks,
     channels_of,
     check_outputs,
+    judged_blocks,
     kernel_outputs,
-    reference_blocks,
 )
 from convmatrix.runners.memory import PeakMemory
 from convmatrix.runners.metrics import ErrorSums, abs_diff
@@ -44,7 +44,8 @@ from convmatrix.runners.output import BoundedOutput
 from convmatrix.runners.phases import Phases
 from convmatrix.runners.processes import CaseProcesses
 from convmatrix.runners.properties import check_guards, run_properties
-from convmatrix.runners.refcache import ReferenceCache
+from convmatrix.runners.refcache.cache import ReferenceCache
+from convmatrix.runners.refcache.key import BoundSpec
 
 __all__ = [
     "CaseMemo",
@@ -201,10 +202,11 @@ def _metrics(
     fw_sums: dict[str, ErrorSums] = {}
     usage: dict[str, float] = {}
     zeros: dict[str, int] = {}  # elements expected exactly 0 that came out non-zero
-    reference = reference_blocks(
-        case, inputs, blocks, device=ctx.reference_device, cache=ctx.reference_cache
+    spec = BoundSpec(ctx.kernel.capabilities, ctx.policy)
+    reference = judged_blocks(
+        case, inputs, blocks, spec, device=ctx.reference_device, cache=ctx.reference_cache
     )
-    for block, (ref, mags) in _timed(reference, phases, "reference"):
+    for block, (ref, bounds) in _timed(reference, phases, "reference"):
         for name, r in ref.items():
             dim = _CHANNEL_DIM[name]
             if name not in sums:
@@ -216,9 +218,8 @@ def _metrics(
             sums[name].add(block, a, r, diff)
             if name in fw_sums and fw is not None:
                 fw_sums[name].add(block, channels_of(fw[name], block, dim), r, None)
-            if name in mags:
-                bound = bound_of(r, mags[name], ctx.kernel.capabilities, case, name, ctx.policy)
-                got_usage = usage_of(a, r, bound, zero_floor(case, name), diff=diff)
+            if name in bounds:
+                got_usage = usage_of(a, r, bounds[name], zero_floor(case, name), diff=diff)
                 usage[name] = max(usage.get(name, 0.0), got_usage.usage)
                 zeros[name] = zeros.get(name, 0) + got_usage.broken_zeros
     judged = []

@@ -30,15 +30,20 @@ from convmatrix.kernels.oracle.reference import (
 from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows, write_decode_state
 from convmatrix.runners.defaults import ProcessState, note_changes
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
-from convmatrix.runners.refcache import ReferenceCache, cache_key
+from convmatrix.runners.refcache.cache import ReferenceCache
+from convmatrix.runners.refcache.compact import Span, StoredBlock, compact, expand
+from convmatrix.runners.refcache.footprint import BLOCK_ELEMENTS, channels_per_block
+from convmatrix.runners.refcache.key import BoundSpec, cache_key
 
 __all__ = [
+    "Judged",
     "KernelFault",
     "Reference",
     "call_forward",
     "channel_blocks",
     "channels_of",
     "check_outputs",
+    "judged_blocks",
     "kernel_outputs",
     "reference_blocks",
     "reference_bounded",
@@ -47,6 +52,8 @@ __all__ = [
 
 # Reference values by output name, and (with magnitudes) the bound model's inputs per output.
 Reference = tuple[dict[str, torch.Tensor], dict[str, Magnitudes]]
+# Reference values and bounds by output name, both float64: what judging reads.
+Judged = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
 
 F64 = torch.float64
 
@@ -331,20 +338,14 @@ def reference_bounded(case: Case, inputs: ForwardInputs | UpdateInputs) -> Refer
     return _reference_forward(case, inputs, True)
 
 
-# Elements per tensor of one channel block (512 KiB of float64): a block's few dozen
-# temporaries stay in cache and in memory the allocator already holds. Whole-tensor passes
-# at C=4128, L=4096 (270 MB each) cost more in page faults and memory traffic than in
-# arithmetic: benchmarks/bench_blocks.py measures the ratio.
-BLOCK_ELEMENTS = 1 << 18
-
-
 def channel_blocks(case: Case, inputs: ForwardInputs | UpdateInputs) -> list[slice | None]:
-    """The channel blocks ``reference_blocks`` yields: [None] (all at once) for updates
-    (small, and their reference replays the slots) and for cases of one block."""
+    """The channel blocks ``reference_blocks`` yields, ``BLOCK_ELEMENTS`` elements per tensor
+    at most (``refcache.footprint``): [None] (all at once) for updates (small, and their
+    reference replays the slots) and for cases of one block."""
     if isinstance(inputs, UpdateInputs):
         return [None]
     batch, dim, seqlen = inputs.x.values.shape
-    per = max(1, BLOCK_ELEMENTS // max(1, batch * (seqlen + case.width - 1)))
+    per = channels_per_block(batch, seqlen, case.width, BLOCK_ELEMENTS)
     if per >= dim:
         return [None]
     return [slice(c, min(c + per, dim)) for c in range(0, dim, per)]
@@ -387,33 +388,47 @@ def reference_blocks(
     blocks: list[slice | None],
     *,
     device: torch.device | None = None,
-    cache: ReferenceCache | None = None,
 ) -> Iterator[tuple[slice | None, Reference]]:
-    """(block, reference of the block) for each channel block, computed one at a time on
-    ``device`` (None: the host), or read from ``cache`` (then stored there once computed).
-    Update cases are neither moved nor cached: small, and their reference replays slots."""
-    if cache is None or isinstance(inputs, UpdateInputs):
-        yield from _compute_blocks(case, inputs, blocks, device)
+    """(block, float64 reference and magnitudes of the block) for each channel block,
+    computed one at a time on ``device`` (None: the host). Judging reads ``judged_blocks``."""
+    yield from _compute_blocks(case, inputs, blocks, device)
+
+
+def _span(block: slice | None) -> Span:
+    return None if block is None else (block.start, block.stop)
+
+
+def judged_blocks(
+    case: Case,
+    inputs: ForwardInputs | UpdateInputs,
+    blocks: list[slice | None],
+    spec: BoundSpec,
+    *,
+    device: torch.device | None = None,
+    cache: ReferenceCache | None = None,
+) -> Iterator[tuple[slice | None, Judged]]:
+    """(block, (r, bound) per output) for each channel block, in float64 on ``device``
+    (None: the host), from the stored form (``refcache.compact``) whether computed now or
+    read from ``cache``. A forward case the cache admits is read from its entry, each block
+    checked before it is used; the blocks an entry lacks or fails on are computed, and a
+    case not read whole is stored. Update cases are neither moved nor cached: small, and
+    their reference replays slots."""
+    if cache is None or isinstance(inputs, UpdateInputs) or not cache.admits(case):
+        for block, (refs, mags) in _compute_blocks(case, inputs, blocks, device):
+            yield block, expand(case, compact(case, _span(block), refs, mags, spec))
         return
-    spans = [None if b is None else (b.start, b.stop) for b in blocks]
-    key = cache_key(case, inputs, spans)
-    hit = cache.get(key)
-    if hit is not None:
-        for span, refs, mags in hit:
-            if device is not None and device.type != "cpu":
-                refs = {k: v.to(device) for k, v in refs.items()}
-                mags = {k: _moved_mags(m, device) for k, m in mags.items()}
-            yield (None if span is None else slice(*span)), (refs, mags)
+    spans = [_span(b) for b in blocks]
+    where = "cpu" if device is None else device.type
+    key = cache_key(case, inputs, spans, spec, where)
+    kept: list[StoredBlock] = []
+    for stored in cache.read(key, spans):
+        kept.append(stored)
+        yield blocks[len(kept) - 1], expand(case, stored.to(device))
+    if len(kept) == len(blocks):
         return
-    computed = []
-    for block, (refs, mags) in _compute_blocks(case, inputs, blocks, device):
-        computed.append((None if block is None else (block.start, block.stop), refs, mags))
-        yield block, (refs, mags)
-    cache.put(key, computed)
-
-
-def _moved_mags(m: Magnitudes, device: torch.device) -> Magnitudes:
-    def on(t: Any) -> Any:
-        return t.to(device) if isinstance(t, torch.Tensor) else t
-
-    return Magnitudes(on(m.mag), m.n, on(m.elem), on(m.zsens), m.n_z)
+    rest = _compute_blocks(case, inputs, blocks[len(kept) :], device)
+    for block, (refs, mags) in rest:
+        stored = compact(case, _span(block), refs, mags, spec)
+        kept.append(stored)
+        yield block, expand(case, stored)
+    cache.write(key, kept)

@@ -121,12 +121,16 @@ class RunOptions:
     )  # fmt: skip
     reference_cache: str | None = _option(
         "--reference-cache", metavar="DIR|off",
-        help="reuse references computed before, from this directory (default: "
-        "$CONVMATRIX_REFERENCE_CACHE, else ~/.cache/convmatrix/reference); off: always compute",
+        help="on by default: reuse float64 references (and bounds) computed before, each "
+        "checked when read, from this directory (default: $CONVMATRIX_REFERENCE_CACHE, else "
+        "$XDG_CACHE_HOME or ~/.cache, /convmatrix/reference); off: never read or write it. "
+        "`convmatrix cache` shows and clears it",
     )  # fmt: skip
     reference_cache_size: str = _option(
         "--reference-cache-size", default="8G", metavar="SIZE",
-        help="the reference cache's limit, least recently used entries evicted (e.g. 500M, 8G)",
+        help="the reference cache's limit, default 8G (e.g. 500M): a run whose references "
+        "exceed it says so and keeps only its largest cases that fit; least recently used "
+        "entries evicted beyond it",
     )  # fmt: skip
     max_cases: int | None = _option(
         "--max-cases", type=int, metavar="N",
