@@ -225,8 +225,8 @@ def confirm_run(
     why = _stands_at(run, identity)
     if why is not None and not checkout:  # refused before anything is rerun
         raise _refusal(run, why)
-    base_id, note = _base_rerun(todo, identity, database, workers)
     rerun_id = _rerun_at(run, identity, options, database, checkout)
+    base_id, note = _base_rerun(todo, identity, database, workers)
     with database.writing() as session:
         done = judge_rerun(session, pending(session, run.id), rerun_id, base_id)
     done.notes += [note] if note else []

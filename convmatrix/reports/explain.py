@@ -15,7 +15,7 @@ takes in. The best set of one dimension is a prefix of its labels sorted by fail
 (the fractional-knapsack order, optimal for this ratio). Single dimensions come first; a pair
 of dimensions (labels ``a / b``) is offered only where it scores clearly higher than every
 single dimension, so an interaction (a tile-boundary bug that shows with one layout only) is
-named and a coincidence is not.
+named and a coincidence is not. At equal scores a matrix dimension goes before a fact.
 
 Fewer than ``MIN_FAILING`` failing cases explain nothing: any two cases share some values, and
 "dtype × layout in {...}: 2 of 2" reads like a finding. They get one record saying so
@@ -96,6 +96,12 @@ def _best_set(
     return best
 
 
+def _rank(e: Explanation) -> tuple[float, bool, int]:
+    """Best first: the higher score, then matrix dimensions before facts of the call (what a
+    person sets in the matrix, at a tie), then fewer values."""
+    return (-e.score, any(d in FACTS for d in e.dimensions), len(e.values))
+
+
 def explain(
     cases: Sequence[Case],
     failing_ids: Iterable[str],
@@ -125,12 +131,12 @@ def explain(
         return _best_set(dims, f, p, n_f, n_p)
 
     singles = [e for d in CANDIDATES if (e := best_of((d,))) is not None]
-    singles.sort(key=lambda e: (-e.score, len(e.values)))
+    singles.sort(key=_rank)
     top = singles[0].score if singles else 0.0
     pairs = [
         e
         for pair in combinations(CANDIDATES, 2)
         if (e := best_of(pair)) is not None and e.score >= top + PAIR_MARGIN
     ]
-    pairs.sort(key=lambda e: (-e.score, len(e.values)))
+    pairs.sort(key=_rank)
     return (pairs[:1] + singles)[:limit]
