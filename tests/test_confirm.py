@@ -5,9 +5,10 @@ and the markdown summary come from the run itself. Real subprocesses, a real SQL
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 
-from runner_helpers import RESOURCES, TINY, TINY_L7, convmatrix_cmd, results, run, runs
+from runner_helpers import RESOURCES, TINY, TINY_L7, child_env, convmatrix_cmd, results, run, runs
 from sqlalchemy.orm import Session
 
 from convmatrix.cli import main
@@ -154,3 +155,45 @@ def test_an_error_that_changes_by_itself_is_flaky_with_both_values(tmp_path):
         f"rerun 3: did not reproduce: y {y['base_usage']:.3g} -> {y['usage']:.3g} in run 2; "
         f"rerun usage {y['base_usage']:.3g}"
     )
+
+
+def test_a_change_the_baseline_shows_too_when_rerun_is_not_blamed_on_the_commit(tmp_path):
+    """The issue's out-of-bounds read: the baseline's commit has it too, but its run read
+    nothing. The head's rerun reads garbage again (against the stored baseline alone it would
+    be confirmed), and so does the baseline's commit, rerun from a temporary worktree: no
+    change of the commit, so flaky, with the run's and both reruns' values."""
+    from test_regression_loop import _git
+
+    repo = tmp_path / "kernel-repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    source = "from service_kernels import StaleRead\n\n\nclass Kernel(StaleRead):\n    name = 'k'\n"
+    shas = []
+    for text in (source, source + "# a commit that changes nothing here\n"):
+        (repo / "stalek.py").write_text(text)
+        _git(repo, "add", "stalek.py")
+        _git(repo, "commit", "-q", "-m", f"commit {len(shas)}")
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    switch = tmp_path / "switch"
+
+    def nightly(sha: str, state: str, *extra: str):
+        _git(repo, "checkout", "-q", sha)
+        switch.write_text(state)
+        args = ["run", "--matrix", str(STALE), "--kernel", "stalek:Kernel", "-n", "0",
+                "--db", url, *extra]  # fmt: skip
+        env = {"PYTHONPATH": f"{repo}{os.pathsep}{child_env()['PYTHONPATH']}",
+               "CONVMATRIX_TEST_SWITCH": str(switch)}  # fmt: skip
+        return run(convmatrix_cmd(*args), repo, **env)
+
+    assert nightly(shas[0], "good").returncode == 0
+    done = nightly(shas[1], "bad", "--confirm", "--fail-on", "new-regressions")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(baseline rerun as run 4)" in done.stdout and "0 confirmed, 1 flaky" in done.stdout
+    (reg,) = _regressions(url)
+    assert (reg.kind, reg.state) == ("error_regression", "flaky")
+    (y,) = reg.outputs
+    assert y["rerun"] == y["rerun_base"] == f"usage {y['usage']:.3g}"  # garbage both times
+    kinds = [(r.id, r.kind, r.label, r.kernel_commit) for r in runs(url)]
+    assert kinds[2:] == [(3, "confirm", "confirm:2", shas[1]),
+                         (4, "confirm", "confirm-base:2", shas[0])]  # fmt: skip
