@@ -7,6 +7,7 @@ the job summary within its limit) name what the run found, in detail."""
 from __future__ import annotations
 
 import json
+import warnings
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -20,10 +21,17 @@ from convmatrix.db import load_results, open_database
 from convmatrix.db.engine import write_session
 from convmatrix.db.models import Run
 from convmatrix.db.queries import list_runs, resolve_run
+from convmatrix.service.alert_pages import regression_page
 from convmatrix.service.alerts import get_alert, list_alerts
 from convmatrix.service.ci import JobSummary, job_summary_markdown, junit_xml
 from convmatrix.service.regressions import list_regressions, regression_events, set_state
 from convmatrix.service.scan import scan_run
+
+with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from convmatrix.service.app import create_app
 
 N = 40
 BROKEN = {c.id for c in cases(N)[:3]}  # the cases a "bad commit" breaks
@@ -174,8 +182,19 @@ def test_bug_one_fixed_then_bug_two_on_the_same_case_keeps_both_causes(sqlite_ur
     assert (new["state"], new["bug"], new["first_bad_run"]) == ("detected", None, c.run_id)
     with Session(engine) as session:
         first = get_alert(session, a.alert_id)
+        page = regression_page(session, sqlite_url, new["id"])
+        earlier = regression_page(session, sqlite_url, old["id"])
     assert len(first.regressions) == 3 and first.states == {"fixed": 3}  # as after run B
     assert {r.case_id for r in first.regressions} == bug_one
+    # The lineage: each regression's page lists the case's other ones, with their alerts.
+    assert [(r.id, r.state, r.alert_id) for r in page.lineage] == [(old["id"], "fixed", a.alert_id)]
+    assert [r.id for r in earlier.lineage] == [new["id"]]
+    with TestClient(create_app(sqlite_url)) as client:
+        html = client.get(f"/regressions/{new['id']}").text
+        case = client.get(f"/api/cases/{x}").json()
+    assert f'<tr data-regression-id="{old["id"]}"><td class="num"><a href="/regressions/' in html
+    assert f'<a href="/alerts/{a.alert_id}">alert {a.alert_id}</a>' in html
+    assert {r["id"] for r in case["regressions"]} == {old["id"], new["id"]}
     engine.dispose()
 
 

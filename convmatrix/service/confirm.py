@@ -88,7 +88,10 @@ class Confirmation:
     def lines(self) -> list[str]:
         """What a terminal shows of it."""
         if self.rerun_id is None:
-            return [f"confirm: run {self.run_id} has no detected regression to confirm"]
+            return [
+                f"confirm: run {self.run_id} has no detected regression to confirm and no case "
+                "the machine failed to judge"
+            ]
         base = f" (baseline rerun as run {self.base_rerun_id})" if self.base_rerun_id else ""
         limit = f", limit {self.limit_s:g} s a case" if self.limit_s else ""
         head = (
