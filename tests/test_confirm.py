@@ -5,7 +5,9 @@ and the markdown summary come from the run itself. Real subprocesses, a real SQL
 
 from __future__ import annotations
 
+import html
 import os
+import warnings
 import xml.etree.ElementTree as ET
 
 from runner_helpers import RESOURCES, TINY, TINY_L7, child_env, convmatrix_cmd, results, run, runs
@@ -15,6 +17,12 @@ from convmatrix.cli import main
 from convmatrix.db import open_database
 from convmatrix.service.alerts import list_alerts
 from convmatrix.service.regressions import list_regressions, regression_events
+
+with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from convmatrix.service.app import create_app
 
 
 def _regressions(url: str):
@@ -155,6 +163,10 @@ def test_an_error_that_changes_by_itself_is_flaky_with_both_values(tmp_path):
         f"rerun 3: did not reproduce: y {y['base_usage']:.3g} -> {y['usage']:.3g} in run 2; "
         f"rerun usage {y['base_usage']:.3g}"
     )
+    with TestClient(create_app(url)) as client:  # the page shows both values
+        page = client.get(f"/regressions/{reg.id}").text
+    assert f"<td data-rerun>usage {y['base_usage']:.3g}</td>" in page
+    assert html.escape(last.note, quote=False) in page
 
 
 def test_a_change_the_baseline_shows_too_when_rerun_is_not_blamed_on_the_commit(tmp_path):
