@@ -305,6 +305,24 @@ def _still_bad(
     return reopened, new
 
 
+def _file(
+    scan: ScanResult,
+    work: _Scan,
+    found: Mapping[tuple[str, str], Finding],
+    known: Mapping[tuple[str, str], RegressionRow],
+) -> None:
+    """Each finding against the newest regression of its case and kind: new, reopened or
+    kept (see the module's text)."""
+    for key, finding in sorted(found.items()):
+        row = known.get(key)
+        if row is None or _fixed_by_a_run(row):
+            scan.new.append(work.insert(finding))
+        elif row.state == "fixed":
+            scan.reopened.append(work.reopen(row))
+        else:
+            scan.kept.append(plain(row))
+
+
 def scan_run(
     session: Session, spec: str | int, *, options: DiffOptions | None = None
 ) -> ScanResult:
@@ -332,14 +350,7 @@ def scan_run(
     scan.infrastructure = infrastructure(results)
     known = _lineage_rows(session, run)
     work = _Scan(session, run, base)
-    for key, finding in sorted(found.items()):
-        row = known.get(key)
-        if row is None or _fixed_by_a_run(row):
-            scan.new.append(work.insert(finding))
-        elif row.state == "fixed":
-            scan.reopened.append(work.reopen(row))
-        else:
-            scan.kept.append(plain(row))
+    _file(scan, work, found, known)
     unflagged = [
         row for key, row in known.items() if key not in found and row.first_bad_run != run.id
         and (row.state != "fixed" or row.fixed_run is None)
