@@ -147,14 +147,17 @@ def flagged_keys(compared: RunComparison) -> set[tuple[str, str]]:
 
 
 def _lineage_rows(session: Session, run: RunInfo) -> dict[tuple[str, str], RegressionRow]:
-    """The newest regression of each (case, kind) of the run's kernel, matrix and device."""
+    """The newest regression of each (case, kind) of the run's kernel, matrix and device: the
+    one whose first bad run started last (not the highest id: an import inserts rows in
+    whatever order its file has them)."""
     rows = session.scalars(
         select(RegressionRow)
+        .outerjoin(Run, Run.id == RegressionRow.first_bad_run)
         .where(
             RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
             RegressionRow.device == run.device_kind,
         )
-        .order_by(RegressionRow.id)
+        .order_by(Run.started_at.is_not(None), Run.started_at, Run.id, RegressionRow.id)
     )  # fmt: skip
     return {(row.case_id, row.kind): row for row in rows}
 
