@@ -8,6 +8,7 @@ CUDA build of several GB). pyproject.toml keeps a range so MLU/CUDA users bring 
 from __future__ import annotations
 
 import os
+import re
 
 import nox
 from nox.command import CommandFailed
@@ -22,6 +23,17 @@ def install_project(session: nox.Session, *extras: str) -> None:
     session.install(TORCH)
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install("-e", spec)
+
+
+def install_project_without_torch(session: nox.Session, *extras: str) -> None:
+    """The project and its requirements (from pyproject.toml, extras included) except torch:
+    for sessions that never touch a tensor (the docs), so they cannot come to depend on it."""
+    project = nox.project.load_toml("pyproject.toml")["project"]
+    wanted = [*project["dependencies"]]
+    for extra in extras:
+        wanted += project["optional-dependencies"][extra]
+    session.install(*(r for r in wanted if re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0] != "torch"))
+    session.install("--no-deps", "-e", ".")
 
 
 @nox.session
@@ -40,14 +52,55 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", workers, "-rfEs", "--durations=25", *session.posargs)
 
 
-def _run_matrix(session: nox.Session, matrix: str) -> str | None:
-    """Run ``matrix`` (posargs after ``--`` go to ``convmatrix run``), write its report and
-    the diff against the previous run of the same kernel (reports/diff.html for nightly,
-    reports/diff-<matrix>.html for the others); why it failed, or None."""
+EXTRA_ENV = "CONVMATRIX_EXTRA"
+
+
+def run_arguments(session: nox.Session) -> list[str]:
+    """Install the project, and the team's own kernel package where one is named, into the
+    session; the arguments for ``convmatrix run`` (posargs after ``--``, ``--kernel tiled``
+    unless one is given).
+
+    A kernel of the team's own (``--kernel pkg.module:Kernel`` or an entry point) lives in a
+    package this session's fresh virtualenv does not have: name it with ``--install SPEC``
+    after ``--`` (repeatable; a path, a wheel or a requirement, as pip takes it) or in
+    ``CONVMATRIX_EXTRA`` (space-separated). It is installed with torch pinned, so pip never
+    replaces the torch the run measures."""
     install_project(session)
-    args = list(session.posargs)
+    try:
+        args, extras = _take_option(list(session.posargs), "--install")
+    except ValueError as err:
+        session.error(str(err))
+    extras += os.environ.get(EXTRA_ENV, "").split()
+    if extras:
+        session.install(TORCH, *extras)
     if _option_value(args, "--kernel") is None:
         args = ["--kernel", "tiled", *args]  # the kernel this project ports; override after --
+    return args
+
+
+def _take_option(args: list[str], name: str) -> tuple[list[str], list[str]]:
+    """``args`` without ``name VALUE`` / ``name=VALUE``, and those values in order."""
+    kept: list[str] = []
+    values: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == name:
+            value = next(rest, None)
+            if value is None:
+                raise ValueError(f"{name} needs a value (a path or requirement for pip)")
+            values.append(value)
+        elif arg.startswith(name + "="):
+            values.append(arg.split("=", 1)[1])
+        else:
+            kept.append(arg)
+    return kept, values
+
+
+def _run_matrix(session: nox.Session, matrix: str) -> str | None:
+    """Run ``matrix`` (posargs after ``--`` go to ``convmatrix run``; ``run_arguments``), write
+    its report and the diff against the previous run of the same kernel (reports/diff.html
+    for nightly, reports/diff-<matrix>.html for the others); why it failed, or None."""
+    args = run_arguments(session)
     # Reproduce before blame: new regressions and the cases the machine failed to judge are
     # rerun (docs/regressions.md); ``-- --no-confirm`` leaves them as the run found them.
     if "--no-confirm" in args:
@@ -109,10 +162,13 @@ def perf(session: nox.Session) -> None:
     (reports/perf-diff.html); fails when a slowdown persists over the last 3 runs against the
     5 before them (``--timing-history``). Arguments after ``--`` go to ``convmatrix run``.
     """
-    install_project(session)
-    args = list(session.posargs)
-    if _option_value(args, "--kernel") is None:
-        args = ["--kernel", "tiled", *args]
+    args = run_arguments(session)
+    # Reproduce before blame: new regressions and the cases the machine failed to judge are
+    # rerun (docs/regressions.md); ``-- --no-confirm`` leaves them as the run found them.
+    if "--no-confirm" in args:
+        args.remove("--no-confirm")
+    elif "--confirm" not in args:
+        args.append("--confirm")
     db = _option_value(args, "--db")
     session.run("convmatrix", "run", "--matrix", "perf", "--report", "reports", *args)
     diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/perf-diff.html"]
@@ -134,9 +190,12 @@ def _option_value(args: list[str], name: str) -> str | None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ with ``mkdocs build --strict``: a broken link or
-    anchor, or a page missing from the nav, fails it. The CLI reference is generated from the
-    argument parsers (docs_hooks/), so the project is installed with torch pinned."""
-    install_project(session, "docs")
+    anchor, a page missing from the nav, or a code name or repository path that no longer
+    exists (docs_hooks/names_exist.py) fails it. The CLI reference is generated from the
+    argument parsers (docs_hooks/); the project is installed without torch, which neither
+    the parsers nor the hooks may need (tests/test_layering.py)."""
+    install_project_without_torch(session, "docs")
+    session.run("python", "-c", "import torch", success_codes=[1], silent=True)  # none here
     session.run("mkdocs", "build", "--strict", *session.posargs)
 
 

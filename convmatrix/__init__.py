@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from convmatrix.core import __version__
 from convmatrix.core.lazy import lazy_attributes
+from convmatrix.core.moved import install as _install_moved_paths
+
+_install_moved_paths()  # module paths of earlier releases keep importing (core/moved.py)
 
 __all__ = [
     "Capabilities",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
@@ -208,3 +209,43 @@ def test_history_of_runs_judged_by_usage_shows_worst_and_median_usage(
     assert html.count(": bound usage per run</text>") == len(view.outputs)
     assert html.count('<g class="guide" data-value="2.0">') == len(view.outputs)
     assert "safety x2" in html and "errors per run" not in html
+
+
+def test_each_kernel_and_matrix_is_a_line_of_its_own(sqlite_history_db, tmp_path):
+    """Runs of two kernels (and of another matrix) never share a chart line; the x labels name
+    the kernel; ``--matrix`` keeps one matrix."""
+    url, ids, written = sqlite_history_db
+    engine = open_database(url)
+    other_matrix = write_run(engine, written[ids[0]][:40], matrix="smoke", commit="5" * 40)
+    engine.dispose()
+    view = load_history(url, "float32")
+    assert view.lineages == [
+        "tiled / nightly / cpu",
+        "other / nightly / cpu",
+        "tiled / smoke / cpu",
+    ]
+    assert [r.tag for r in view.runs] == [
+        "tiled@11111111",
+        "tiled@22222222",
+        "tiled@33333333",
+        "other@44444444",
+        "tiled@55555555",
+    ]
+    out = tmp_path / "history.html"
+    assert main(["history", "--dtype", "float32", "--format", "html", "--out", str(out),
+                 "--db", url]) == 0  # fmt: skip
+    html = out.read_text()
+    # Each series is one polyline; a lineage's line joins only its own runs' points.
+    lines = re.findall(
+        r'<polyline class="series" data-series="([^"]+)"[^>]* points="([^"]*)"', html
+    )
+    pass_rate = {name: pts.split() for name, pts in lines if name.endswith("pass rate")}
+    assert sorted(pass_rate) == sorted(
+        f"{lin} pass rate" for lin in ("tiled / nightly / cpu", "other / nightly / cpu",
+                                       "tiled / smoke / cpu")
+    )  # fmt: skip
+    assert [len(p) for p in (pass_rate[f"{k} pass rate"] for k in view.lineages)] == [3, 1, 1]
+    only = load_history(url, "float32", matrix="smoke")
+    assert [r.run_id for r in only.runs] == [other_matrix]
+    assert main(["history", "--dtype", "float32", "--matrix", "nightly", "--kernel", "tiled",
+                 "--format", "csv", "--db", url]) == 0  # fmt: skip

@@ -1,8 +1,8 @@
 """The package's layering, read from its source: every import points down, no file cycles,
 and the commands that never touch a tensor never import torch.
 
-Layers, bottom to top (docs/architecture.md): core, matrix, kernels, runners, search, db, reports,
-and the command layer (``convmatrix.commands``, ``cli``, ``api``, the package root). Every
+The layers are ``LAYERS`` below, bottom to top; docs/architecture.md's layer table is their one
+description and a test holds it to this order. Every
 import is walked, including imports inside functions and under ``TYPE_CHECKING``: a lazy
 import is still a dependency.
 """
@@ -61,6 +61,15 @@ def layer(module: str) -> int:
 
 
 GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def test_the_architecture_page_s_layer_table_is_this_order():
+    """docs/architecture.md lists the layers once, top first; the other pages link to it."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = page.split("## Layers", 1)[1].split("\n\n|", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    listed = [line.split("`convmatrix.", 1)[1].split("`", 1)[0] for line in rows]
+    assert listed[::-1] == list(LAYERS), listed
 
 
 def test_the_layers_cover_every_module():
@@ -179,6 +188,20 @@ def test_commands_that_touch_no_tensor_never_import_torch(argv, tmp_path):
         )
     heavy = imported(env_argv, ("torch", "pytest", "alembic"))
     assert heavy == "", f"convmatrix {' '.join(argv)} imported {heavy}"
+
+
+def test_every_command_s_parser_builds_without_torch():
+    """``--help`` and the docs' CLI reference (docs_hooks/cli_reference.py, built in an
+    environment without torch: ``nox -s docs``) build every parser; none may need torch."""
+    probe = (
+        "import sys\n"
+        "from convmatrix.cli import COMMANDS, build_parser\n"
+        "loaded = [c for c in COMMANDS if build_parser(c) and 'torch' in sys.modules]\n"
+        "print('TORCH:' + ','.join(loaded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "TORCH:\n" in done.stdout, f"parsers that imported torch (first one): {done.stdout}"
 
 
 def test_commands_that_only_read_never_import_the_orm(tmp_path):

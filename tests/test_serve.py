@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import queue
+import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -93,6 +95,16 @@ def test_the_served_history_reads_dtypes_as_the_command_line_does(client, served
     assert response.json() == printed
     assert printed["dtype"] in ("bfloat16", "float32")
     assert len(printed["runs"]) == 3  # every run of the fixture holds cases of both dtypes
+
+
+def test_the_served_history_filters_by_kernel_and_matrix(client):
+    """The served history offers the kernels and matrices the database holds and keeps one."""
+    page = client.get("/history/float32?kernel=tiled&matrix=nightly")
+    assert page.status_code == 200
+    assert '<form id="history-filters"' in page.text
+    assert '<option value="nightly" selected>nightly</option>' in page.text
+    assert len(client.get("/api/history/float32?matrix=nightly").json()["runs"]) == 3
+    assert client.get("/api/history/float32?matrix=smoke").json()["runs"] == []
 
 
 def test_every_page_renders_with_its_policy_and_links(client):
@@ -182,40 +194,56 @@ def test_serve_refuses_a_missing_or_outdated_database(tmp_path, capsys):
 # -- the real server in a real browser -----------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def running_server(url: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``convmatrix serve --db URL ARGS...`` in a subprocess on a free port; yields its base
-    URL once it answers, stops it on exit."""
-    port = _free_port()
+    """``convmatrix serve --db URL --port 0 ARGS...`` in a subprocess; yields its base URL once
+    it answers, stops it on exit. The server binds port 0 itself and prints the port it got
+    on its first line: no port picked here first that another process could take meanwhile."""
     root = Path(__file__).resolve().parents[1]
     environ = {k: v for k, v in os.environ.items() if k != "CONVMATRIX_SERVE_TOKEN"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "convmatrix", "serve", "--db", url, "--port", str(port), *args],
+        [sys.executable, "-m", "convmatrix", "serve", "--db", url, "--port", "0", *args],
         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**environ, **(env or {})},
     )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(base + "/api/regressions", timeout=5).read()
-            break
-        except (urllib.error.URLError, ConnectionError):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"convmatrix serve did not start: {proc.communicate()[0]}")
-            time.sleep(0.2)
+    lines: queue.Queue[str] = queue.Queue()
+    output: list[str] = []
+
+    def drain() -> None:  # every line kept, so a full pipe never stops the server
+        for line in proc.stdout:
+            output.append(line)
+            lines.put(line)
+
+    threading.Thread(target=drain, daemon=True).start()
     try:
+        first = lines.get(timeout=120)
+    except queue.Empty:
+        first = ""
+    found = re.match(r"convmatrix serve: (http://127\.0\.0\.1:\d+)/", first)
+    if found is None:
+        proc.kill()
+        proc.wait(timeout=30)
+        pytest.fail(f"convmatrix serve did not start: {''.join(output)}")
+    base = found.group(1)
+    try:
+        _wait_until_it_answers(proc, base, output)
         yield base
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _wait_until_it_answers(proc: subprocess.Popen, base: str, output: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(base + "/api/regressions", timeout=5).read()
+            return
+        except (urllib.error.URLError, ConnectionError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"convmatrix serve did not answer: {''.join(output)}")
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,16 @@ Every test that writes works on its own copy of the module's database.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import random
 import re
 import shutil
+import threading
 import urllib.error
 import urllib.request
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,6 +34,7 @@ from convmatrix.db import open_database
 from convmatrix.db.engine import write_session
 from convmatrix.reports.render import content_policy
 from convmatrix.service.access import TOKEN_ENV, read_token, write_refusal
+from convmatrix.service.regressions import TRANSITIONS
 from convmatrix.service.scan import scan_run
 
 with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
@@ -252,13 +257,13 @@ def test_served_pages_may_fetch_themselves_static_reports_fetch_nothing(reader, 
 def test_the_token_comes_from_the_file_or_the_environment(tmp_path):
     assert read_token(None, {}) is None
     assert read_token(None, {TOKEN_ENV: "  "}) is None
-    assert read_token(None, {TOKEN_ENV: " abc\n"}) == "abc"
+    assert read_token(None, {TOKEN_ENV: f" {TOKEN}\n"}) == TOKEN
     path = tmp_path / "token"
-    path.write_text("from-file\n")
-    assert read_token(path, {TOKEN_ENV: "from-env"}) == "from-file"  # the file wins
+    path.write_text("from-file-0123456789\n")
+    assert read_token(path, {TOKEN_ENV: TOKEN}) == "from-file-0123456789"  # the file wins
     path.write_text(" \n")
     with pytest.raises(UsageError, match=r"--token-file .*token: the file is empty"):
-        read_token(path, {TOKEN_ENV: "from-env"})
+        read_token(path, {TOKEN_ENV: TOKEN})
     with pytest.raises(UsageError, match=r"--token-file .*cannot read it"):
         read_token(tmp_path / "missing", {})
     path.write_text("two words")
@@ -277,18 +282,24 @@ def test_serve_refuses_an_empty_token_file(database, tmp_path, capsys):
 def test_write_refusals_in_order():
     same = "http://127.0.0.1:8000"
     good = {"authorization": f"Bearer {TOKEN}"}
-    assert write_refusal(None, good, same).startswith("read-only")
-    assert write_refusal(TOKEN, good, same) is None
-    assert write_refusal(TOKEN, {**good, "origin": same}, same) is None
-    assert write_refusal(TOKEN, {**good, "sec-fetch-site": "same-origin"}, same) is None
-    assert "Origin" in write_refusal(TOKEN, {**good, "origin": "http://evil.example"}, same)
-    assert "Origin" in write_refusal(TOKEN, {**good, "origin": "null"}, same)
-    assert "cross-site" in write_refusal(TOKEN, {**good, "sec-fetch-site": "cross-site"}, same)
-    assert "same-site" in write_refusal(TOKEN, {**good, "sec-fetch-site": "same-site"}, same)
-    assert "needs the header" in write_refusal(TOKEN, {}, same)
-    assert "needs the header" in write_refusal(TOKEN, {"authorization": f"Basic {TOKEN}"}, same)
-    assert write_refusal(TOKEN, {"authorization": "Bearer nope"}, same) == "refused: wrong token"
-    assert write_refusal(TOKEN, {"authorization": f"bearer  {TOKEN} "}, same) is None
+
+    def why(token, headers):
+        refusal = write_refusal(token, headers, same)
+        assert refusal is None or refusal.status == 403
+        return refusal and refusal.reason
+
+    assert why(None, good).startswith("read-only")
+    assert why(TOKEN, good) is None
+    assert why(TOKEN, {**good, "origin": same}) is None
+    assert why(TOKEN, {**good, "sec-fetch-site": "same-origin"}) is None
+    assert "Origin" in why(TOKEN, {**good, "origin": "http://evil.example"})
+    assert "Origin" in why(TOKEN, {**good, "origin": "null"})
+    assert "cross-site" in why(TOKEN, {**good, "sec-fetch-site": "cross-site"})
+    assert "same-site" in why(TOKEN, {**good, "sec-fetch-site": "same-site"})
+    assert "needs the header" in why(TOKEN, {})
+    assert "needs the header" in why(TOKEN, {"authorization": f"Basic {TOKEN}"})
+    assert why(TOKEN, {"authorization": "Bearer nope"}) == "refused: wrong token"
+    assert why(TOKEN, {"authorization": f"bearer  {TOKEN} "}) is None
 
 
 # -- writing: every status -----------------------------------------------------------------
@@ -471,6 +482,71 @@ def test_writes_on_both_backends(db_url):
         assert answer.status_code == 200
         again = c.get(f"/api/regressions/{reg['id']}").json()["regression"]
         assert again["state"] == "acknowledged" and again["events"][-1]["by"] == "pg"
+
+
+# -- many people at once, through the real server ----------------------------------------
+
+CLIENTS = 20
+
+
+def _lifecycle_held(events: list[dict]) -> None:
+    """Each event starts where the one before ended, and moves only along TRANSITIONS (or
+    keeps the state: a note, an assignee)."""
+    for before, event in itertools.pairwise(events):
+        assert event["from_state"] == before["to_state"], (before, event)
+        moved = event["to_state"] != event["from_state"]
+        assert not moved or event["to_state"] in TRANSITIONS[event["from_state"]], event
+
+
+def _concurrently(count: int, work) -> list:
+    """``work(n)`` in ``count`` threads released together."""
+    start = threading.Barrier(count)
+
+    def run(n):
+        start.wait(timeout=60)
+        return work(n)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(run, range(count)))
+
+
+def test_twenty_clients_triaging_one_regression_at_once(db_url, tmp_path):
+    """Before the row lock, PostgreSQL accepted both of two conflicting moves sent at once and
+    stored moves the lifecycle forbids (``invalid -> fixed``) with false ``from`` states."""
+    _fill(db_url)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+    with running_server(db_url, "--token-file", str(token_file)) as base:
+        with urllib.request.urlopen(base + "/api/alerts/1", timeout=30) as response:
+            reg_id = json.loads(response.read())["alert"]["regressions"][0]["id"]
+        url = f"{base}/api/regressions/{reg_id}"
+        # Two conflicting moves at once (neither invalid nor fixed can become the other):
+        # exactly one is accepted, round after round.
+        for round_ in range(8):
+            moves = [{"state": "invalid", "note": f"r{round_}"}, {"state": "fixed", "note": "x"}]
+            answers = _concurrently(2, lambda n, moves=moves: _urlopen(url, moves[n], headers)[0])
+            assert sorted(answers) == [200, 400], (round_, answers)
+            assert _urlopen(url, {"state": "detected"}, headers)[0] == 200
+
+        def client(n: int) -> list[int]:  # five moves each, any state, each with a note
+            rng = random.Random(n)
+            return [
+                _urlopen(url, {"state": rng.choice(list(TRANSITIONS)), "note": f"{n}.{step}",
+                               "by": f"client-{n}"}, headers)[0]
+                for step in range(5)
+            ]  # fmt: skip
+
+        statuses = [s for answers in _concurrently(CLIENTS, client) for s in answers]
+        with urllib.request.urlopen(url, timeout=30) as response:
+            after = json.loads(response.read())["regression"]
+    assert set(statuses) <= {200, 400}, statuses
+    events = after["events"]
+    _lifecycle_held(events)
+    assert after["state"] == events[-1]["to_state"]
+    # Every accepted move is one event, every refused one none.
+    by_clients = [e for e in events if e["by"].startswith("client-")]
+    assert len(by_clients) == statuses.count(200) >= 1
 
 
 # -- the real server -----------------------------------------------------------------------

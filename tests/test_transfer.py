@@ -3,12 +3,13 @@ PostgreSQL too) come back result for result, NaN included, keep their times, and
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
 import pytest
 from reports_support import cases, synthetic_results, write_run
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from convmatrix.cli import main
@@ -128,3 +129,118 @@ def test_a_bad_line_names_the_file_and_line(tmp_path, capsys):
     assert f"{dump}:1: not JSON" in capsys.readouterr().err
     # every file is validated before the database is opened: a refused import creates none
     assert not os.path.exists(tmp_path / "x.db")
+
+
+# -- a run imported again, and lines that are wrong ------------------------------------------
+
+
+def _export(url: str, out) -> list[dict]:
+    assert main(["export", "--all", "--out", str(out), "--db", url]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _write_lines(path, lines: list[dict]) -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _two_runs(tmp_path) -> str:
+    """Run 1 good, run 2 breaking BROKEN, in a database of their own."""
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    engine = open_database(source)
+    write_run(engine, synthetic_results(30), commit="1" * 40)
+    write_run(engine, synthetic_results(30, bug=lambda c: c.id in BROKEN), commit="2" * 40)
+    engine.dispose()
+    return source
+
+
+def _stored(url: str, run: str) -> tuple[str, int, set[str]]:
+    engine = open_database(url)
+    with Session(engine) as session:
+        info = resolve_run(session, run)
+        ids = {r.case.id for r in load_results(session, info.id)}
+    engine.dispose()
+    return info.status, sum(info.counts.values()), ids
+
+
+@pytest.mark.parametrize("target", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_newer_export_of_a_present_run_adds_its_missing_results(target, tmp_path, request,
+                                                                   capsys):  # fmt: skip
+    """An export taken while run 2 was half done, then the export of the whole run: the
+    second import printed 'runs none', exited 0 and kept 12 of 32 results."""
+    lines = _export(_two_runs(tmp_path), tmp_path / "whole.jsonl")
+    head = next(i for i, line in enumerate(lines) if line["kind"] == "run" and line["id"] == 2)
+    early = [*lines[:head], {**lines[head], "status": "running", "finished_at": None}]
+    early += [line for line in lines[head + 1 :] if line["kind"] == "result"][-12:]  # no BROKEN
+    _write_lines(tmp_path / "early.jsonl", early)
+    url = request.getfixturevalue("postgres_url") if target == "postgres" else (
+        f"sqlite:///{tmp_path / 'central.db'}")  # fmt: skip
+    assert main(["import", str(tmp_path / "early.jsonl"), "--db", url]) == 0
+    status, count, ids = _stored(url, "2")
+    assert (status, count) == ("interrupted", 12) and not ids & BROKEN
+    capsys.readouterr()
+    assert main(["import", str(tmp_path / "whole.jsonl"), "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert "import: runs 2\n" in out and "run 2: 2 new regressions" in out, out
+    status, count, ids = _stored(url, "2")
+    whole = {line["result"]["case"]["id"] for line in lines[head + 1 :] if line["kind"] == "result"}
+    assert (status, count, ids) == ("finished", len(whole), whole)
+    engine = open_database(url)
+    with Session(engine) as session:
+        found = list_regressions(session)
+    engine.dispose()
+    assert {r.case_id for r in found if r.kind == "new_failure"} == BROKEN
+    # Once more: nothing is new.
+    assert main(["import", str(tmp_path / "whole.jsonl"), "--db", url]) == 0
+    assert "import: runs none" in capsys.readouterr().out
+
+
+def test_a_run_still_running_here_is_not_written_to(tmp_path, capsys):
+    url = _two_runs(tmp_path)
+    _export(url, tmp_path / "whole.jsonl")
+    engine = open_database(url)
+    with write_session(engine) as session:
+        session.execute(update(Run).where(Run.id == 2).values(status="running"))
+    engine.dispose()
+    assert main(["import", str(tmp_path / "whole.jsonl"), "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert "run 2 (uid " in err and "is still running in this database" in err
+
+
+def _refused(path, lines: list[dict], capsys) -> str:
+    _write_lines(path, lines)
+    db = path.parent / "never.db"
+    assert main(["import", str(path), "--db", f"sqlite:///{db}"]) == 2
+    assert not db.exists()  # refused before any database is opened
+    return capsys.readouterr().err
+
+
+def test_a_case_twice_in_a_run_names_both_lines(tmp_path, capsys):
+    """A duplicated result line was a 'database failure', exit 3."""
+    lines = _export(_two_runs(tmp_path), tmp_path / "whole.jsonl")
+    twice = [*lines[:5], lines[3], *lines[5:]]
+    err = _refused(tmp_path / "twice.jsonl", twice, capsys)
+    case = lines[3]["result"]["case"]["id"]
+    assert f"twice.jsonl:6: case {case} again in this run (first at " in err
+    assert "twice.jsonl:4)" in err
+
+
+def test_a_case_id_must_match_its_parameters(tmp_path, capsys):
+    lines = _export(_two_runs(tmp_path), tmp_path / "whole.jsonl")
+    result = lines[1]["result"]
+    case = result["case"]
+    moved = {**case, "seqlen": (case["seqlen"] or 0) + 1}  # the same id, other parameters
+    lines[1] = {**lines[1], "result": {**result, "case": moved}}
+    err = _refused(tmp_path / "moved.jsonl", lines, capsys)
+    assert f"moved.jsonl:2: case id '{case['id']}' does not match its parameters (they give " in err
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("duration_s", -1.5), ("peak_mem_mb", -3.0), ("retries", -1)],
+)
+def test_durations_and_counts_are_not_negative(tmp_path, capsys, field, value):
+    """A negative duration was stored as it came."""
+    lines = _export(_two_runs(tmp_path), tmp_path / "whole.jsonl")
+    lines[1] = {**lines[1], "result": {**lines[1]["result"], field: value}}
+    err = _refused(tmp_path / "negative.jsonl", lines, capsys)
+    assert f"negative.jsonl:2: result.{field}: {value!r} (a time or count is >= 0)" in err

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from convmatrix.core import devices
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["add_arguments", "collect", "devices_command", "render"]
 
@@ -24,8 +25,17 @@ _PLAN = {
 }
 
 
+def _devices() -> ModuleType:
+    """``core.devices`` imports torch: loaded when a command runs, never to build the parser
+    (``--help``, the docs' CLI reference build without torch)."""
+    from convmatrix.core import devices
+
+    return devices
+
+
 def collect() -> dict[str, Any]:
     """The facts as plain data (also what ``--format json`` prints)."""
+    devices = _devices()
     built, usable = devices.accelerator()
     backends = []
     for backend in devices.discover_all():

@@ -1,9 +1,9 @@
 """``convmatrix diff BASE HEAD``: what changed between two runs, for a person and for CI.
 
 Prints a text summary, writes the HTML (and JSON beside it) with ``--out``, and exits 1 when a
-``--fail-on`` condition holds. Timing claims follow ``reports.timing_compare`` (rank test,
+``--fail-on`` condition holds. Timing claims follow ``compare.timing.pairs`` (rank test,
 minimum ratio, framework-path control) and, with ``--timing-history N``,
-``reports.timing_history`` (a baseline window against confirming recent runs).
+``compare.timing.history`` (a baseline window against confirming recent runs).
 ``--previous HEAD`` compares HEAD with the newest earlier run of the same kernel, matrix and
 device (what ``nox -s matrix`` does each night); with no such run there is nothing to compare
 and the exit status is 0.

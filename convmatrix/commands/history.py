@@ -1,9 +1,10 @@
 """``convmatrix history --dtype DT``: how one dtype's errors moved over the runs.
 
-Per run (oldest first, labelled by kernel commit): worst and median bound usage, e_rel and
-e_norm of each output, case count and pass rate, as a table, CSV, JSON or an HTML page with
-line charts (usage against the safety line). The aggregates are computed by the database
-(``convmatrix.db.history``), not in Python.
+Per run (oldest first, labelled by kernel and commit; ``--kernel``/``--matrix`` keep one
+lineage, and the charts draw each kernel, matrix and device kind as a line of its own): worst
+and median bound usage, e_rel and e_norm of each output, case count and pass rate, as a table,
+CSV, JSON or an HTML page with line charts (usage against the safety line). The aggregates
+are computed by the database (``convmatrix.db.history``), not in Python.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def history_command(args: argparse.Namespace) -> int:
     with Database(args.db, existing=True) as database, database.reading() as session:
         view = load_history(
             session, database.url, args.dtype, output=args.output, kernel=args.kernel,
-            since=args.since,
+            since=args.since, matrix=args.matrix,
         )  # fmt: skip
     if not view.runs:
         print(f"history: no run holds metrics for dtype {view.dtype}", file=sys.stderr)
@@ -93,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", required=True, help="input dtype: float32, bfloat16 (bf16)...")
     parser.add_argument("--output", help=f"only this output: {', '.join(OUTPUTS)}")
     parser.add_argument("--kernel", help="only runs of this kernel (as recorded by the run)")
+    parser.add_argument("--matrix", help="only runs of this matrix (as recorded: nightly, ...)")
     parser.add_argument("--since", help="only runs started since: 2025-01-31, or 30d")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument(

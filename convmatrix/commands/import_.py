@@ -1,10 +1,13 @@
 """``convmatrix import FILE...``: store the runs of ``convmatrix export`` files (``-`` for
 stdin; gzip-compressed files too) in the database, then scan each for regressions as
 ``convmatrix run`` would. A run's journal (``convmatrix-journal-<uid>.jsonl``: the results a
-database refused) is an export too: its results go into the run it was written for.
+database refused) is an export too: its results go into the run it was written for. A run
+already present gains the cases it lacks (a newer export, another shard's) and is scanned
+again; importing an export twice changes nothing (``service.transfer``).
 
 Every file is validated whole before the database is opened (types, outcomes, numbers the
-columns hold, dates no later than tomorrow, UTF-8 text): a malformed file is one line naming
+columns hold, dates no later than tomorrow, UTF-8 text, case ids their parameters give, no
+negative duration, no case twice in a run): a malformed file is one line naming
 file:line and exit 2, and the database is as it was, byte for byte. Each file is then
 written in one transaction. Memory: one line at a time (stdin is spooled to a temporary
 file past 64 MiB, since it is read twice).

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from convmatrix.kernels.oracle.selfcheck import run_selfcheck
-
 
 def selfcheck(device: str | None = None) -> int:
     """Print each check with its measured error and limit; 1 if any fails."""
+    # Imported here: building the parser (``--help``, the docs' CLI reference) needs no torch.
+    from convmatrix.kernels.oracle.selfcheck import run_selfcheck
+
     if device is not None:
         from convmatrix.core.devices import resolve_device
 

@@ -6,22 +6,12 @@ belong to (``records``), the dtype tables, the tolerance table and policy, the o
 declared contract (``contract``), memory layouts, errors that end a command cleanly, and the
 device layer (``convmatrix.core.devices``, which imports torch and is therefore not
 re-exported here).
+
+The names load on first use (``core.lazy``): ``import convmatrix`` imports this package, and
+a command that reads the database needs none of them at start-up.
 """
 
-from convmatrix.core.case import Case
-from convmatrix.core.contract import Capabilities, ContractError, Geometry, StateLens
-from convmatrix.core.errors import ConvmatrixError, UsageError
-from convmatrix.core.records import (
-    BAD_OUTCOMES,
-    OUTCOMES,
-    CaseResult,
-    ErrorMetrics,
-    OutputMetrics,
-    PropertyResult,
-    RunMeta,
-    TimingResult,
-)
-from convmatrix.core.tolerances import OUTPUTS, Policy, Tolerance, Tolerances
+from convmatrix.core.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -47,3 +37,26 @@ __all__ = [
     "UsageError",
     "__version__",
 ]
+
+_LAZY = {
+    **dict.fromkeys(("Case",), "convmatrix.core.case"),
+    **dict.fromkeys(
+        ("Capabilities", "ContractError", "Geometry", "StateLens"), "convmatrix.core.contract"
+    ),
+    **dict.fromkeys(("ConvmatrixError", "UsageError"), "convmatrix.core.errors"),
+    **dict.fromkeys(
+        (
+            "BAD_OUTCOMES",
+            "OUTCOMES",
+            "CaseResult",
+            "ErrorMetrics",
+            "OutputMetrics",
+            "PropertyResult",
+            "RunMeta",
+            "TimingResult",
+        ),
+        "convmatrix.core.records",
+    ),
+    **dict.fromkeys(("OUTPUTS", "Policy", "Tolerance", "Tolerances"), "convmatrix.core.tolerances"),
+}
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -54,10 +54,10 @@ __all__ = [
     "resolve_run",
 ]
 
-# What names a run (``resolve_run``): an id a BIGINT holds, a label (200 characters at most:
+# What names a run (``resolve_run``): an id its column holds, a label (200 characters at most:
 # --label), a kernel commit (40 hex digits) or a prefix of one. Anything longer is malformed.
 MAX_RUN_SPEC = 200
-MAX_ID = (1 << 63) - 1
+MAX_ID = (1 << 31) - 1  # ids are INTEGER: 4 bytes on PostgreSQL, which refuses a larger one
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -215,7 +215,7 @@ def resolve_run(session: Reader, spec: str | int) -> RunInfo:
         if found is None:
             raise UsageError("run 'latest': the database holds no runs yet")
         return _run_info(found)
-    is_id = text.isascii() and text.isdigit() and int(text) <= MAX_ID  # a BIGINT holds it
+    is_id = text.isascii() and text.isdigit() and int(text) <= MAX_ID  # its column holds it
     if is_id and (run := session.execute(select(runs).where(r.id == int(text))).first()):
         return _run_info(run)
     matches = [
@@ -241,6 +241,20 @@ def resolve_run(session: Reader, spec: str | int) -> RunInfo:
         raise UsageError(f"run {text!r} matches no run id, label or kernel commit{hint}")
     listed = "\n  ".join(r.describe() for r in matches)
     raise UsageError(f"run {text!r} is ambiguous; give one of these ids:\n  {listed}")
+
+
+def run_values(
+    session: Reader, columns: dict[str, str], *, kind: str | None = None
+) -> dict[str, list[str]]:
+    """The distinct non-empty values of run columns, for a page's filter choices: ``columns``
+    maps each filter's name to its column of ``runs``; ``kind``: runs of that kind only."""
+    found = {}
+    for name, column in columns.items():
+        query = select(runs.c[column]).distinct()
+        if kind is not None:
+            query = query.where(runs.c.kind == kind)
+        found[name] = sorted(v for v in session.scalars(query) if v)
+    return found
 
 
 def missing_shards(session: Reader, run_id: int, count: int | None) -> list[str]:
@@ -332,6 +346,7 @@ class HistoryPoint:
     kernel_commit: str | None
     label: str | None
     device_kind: str
+    matrix: str
     output: str
     stats: OutputStats
 
@@ -354,6 +369,7 @@ def history(
     kernel: str | None = None,
     since: datetime | None = None,
     output: str | None = None,
+    matrix: str | None = None,
 ) -> list[HistoryPoint]:
     """Per run (oldest first) and output: errors of the outputs judged in ``dtype``
     (``core.verdict.judged_dtype``: the x dtype, dw/db the weight dtype).
@@ -367,6 +383,8 @@ def history(
     conditions: list[Any] = [r.kind == "run"]  # history points are plain runs only
     if kernel is not None:
         conditions.append(r.kernel == kernel)
+    if matrix is not None:
+        conditions.append(r.matrix == matrix)
     if since is not None:
         conditions.append(r.started_at >= _aware(since))
     live = _unsummarised(session, *conditions)
@@ -383,7 +401,9 @@ def history(
     c = per_run.c
     rows = session.execute(
         select(c.run_id, r.started_at, r.kernel, r.kernel_commit, r.label)
-        .add_columns(r.device_kind, c.output, c.cases, c.passed, c.worst_rel, c.median_rel)
+        .add_columns(
+            r.device_kind, r.matrix, c.output, c.cases, c.passed, c.worst_rel, c.median_rel
+        )
         .add_columns(c.worst_norm, c.median_norm, c.worst_case_id, c.worst_usage, c.median_usage)
         .join(runs, r.id == c.run_id)
         .where(*conditions)
@@ -392,13 +412,13 @@ def history(
     # thousands, and named access on each row costs more than the query itself.
     points = [
         HistoryPoint(
-            run_id, _aware(started), kernel, commit, label, device, out,
+            run_id, _aware(started), kernel, commit, label, device, matrix_name, out,
             OutputStats(
                 n, int(n_passed), *(_float(v) for v in errors), worst_case, usage, median_usage
             ),
         )
-        for run_id, started, kernel, commit, label, device, out, n, n_passed, *errors, worst_case,
-        usage, median_usage in rows
+        for run_id, started, kernel, commit, label, device, matrix_name, out, n, n_passed, *errors,
+        worst_case, usage, median_usage in rows
     ]  # fmt: skip
     rank = {name: i for i, name in enumerate(OUTPUTS)}
     points.sort(key=lambda p: (p.started_at, p.run_id, rank.get(p.output, len(rank)), p.output))

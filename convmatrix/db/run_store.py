@@ -29,7 +29,7 @@ __all__ = ["DatabaseStore"]
 
 
 class DatabaseStore:
-    """Results kept in ``database`` (``db.Database``; opened on first use)."""
+    """Results kept in ``database`` (``db.database.Database``; opened on first use)."""
 
     def __init__(self, database: Database) -> None:
         self.database = database

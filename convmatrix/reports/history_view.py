@@ -20,7 +20,7 @@ from convmatrix.core.dtypes import parse_case_dtype
 from convmatrix.core.errors import InputError
 from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.engine import redact_url
-from convmatrix.db.queries import HistoryPoint, OutputStats, history
+from convmatrix.db.queries import HistoryPoint, OutputStats, history, run_values
 from convmatrix.reports.source import run_case_counts
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ __all__ = [
 
 @dataclass
 class HistoryRun:
-    """One run: the x position of the charts, labelled by its commit."""
+    """One run: an x position of the charts, labelled by its kernel and commit."""
 
     run_id: int
     started_at: str
@@ -46,20 +46,28 @@ class HistoryRun:
     commit: str | None
     label: str | None
     device: str
+    matrix: str
     cases: int  # cases of this dtype in the run
     passed: int
     bad: int  # failed, crashed, timeout or error
     outputs: dict[str, OutputStats] = field(default_factory=dict)
     pass_rate: float | None = None  # passed / (passed + bad); None when nothing was judged
     failing: bool = False  # a bad case, or an output that failed its limits
-    tag: str = ""  # the x label: short commit, else label, else "run N"
+    tag: str = ""  # the x label: kernel @ short commit, else kernel and label, else run N
+
+    @property
+    def lineage(self) -> str:
+        """The runs one line of a chart joins: one kernel on one matrix and device kind (two
+        kernels' errors on one line would read as one kernel changing)."""
+        return f"{self.kernel} / {self.matrix} / {self.device}"
 
     def finish(self) -> None:
         """Fill the derived fields once every output is in."""
         judged = self.passed + self.bad
         self.pass_rate = self.passed / judged if judged else None
         self.failing = self.bad > 0 or any(s.passed < s.cases for s in self.outputs.values())
-        self.tag = (self.commit or "")[:8] or self.label or f"run {self.run_id}"
+        where = f"@{self.commit[:8]}" if self.commit else f" {self.label or f'run {self.run_id}'}"
+        self.tag = f"{self.kernel}{where}"
 
 
 @dataclass
@@ -73,6 +81,13 @@ class HistoryView:
     outputs: list[str]
     runs: list[HistoryRun]
     safety: float = DEFAULT_SAFETY  # the usage the default policy allows: the charts' line
+    matrix: str | None = None
+    choices: dict[str, list[str]] = field(default_factory=dict)  # filter -> values held
+
+    @property
+    def lineages(self) -> list[str]:
+        """The lineages of the runs shown (``HistoryRun.lineage``), in order of first run."""
+        return list(dict.fromkeys(run.lineage for run in self.runs))
 
 
 def parse_since(text: str | None) -> datetime | None:
@@ -104,6 +119,7 @@ def load_history(
     output: str | None = None,
     kernel: str | None = None,
     since: str | None = None,
+    matrix: str | None = None,
 ) -> HistoryView:
     """The history of input dtype ``dtype`` (any spelling: ``bf16``, ``BF16``, ``bfloat16``):
     what ``convmatrix history`` prints and ``/history/{dtype}`` serves, from one builder."""
@@ -111,12 +127,15 @@ def load_history(
     if output is not None and output not in OUTPUTS:
         raise InputError(f"--output {output!r}: choose from {', '.join(OUTPUTS)}")
     moment = parse_since(since)
-    points = history(session, dtype, kernel=kernel, since=moment, output=output)
+    points = history(session, dtype, kernel=kernel, since=moment, output=output, matrix=matrix)
     counts = run_case_counts(session, dtype, sorted({p.run_id for p in points}))
-    return build_history_view(
+    view = build_history_view(
         points, counts, dtype=dtype, database=redact_url(url), output=output, kernel=kernel,
-        since=moment,
+        since=moment, matrix=matrix,
     )  # fmt: skip
+    view.choices = run_values(session, {"kernel": "kernel", "matrix": "matrix"}, kind="run")
+    view.choices["output"] = list(OUTPUTS)
+    return view
 
 
 def build_history_view(
@@ -128,6 +147,7 @@ def build_history_view(
     output: str | None = None,
     kernel: str | None = None,
     since: datetime | None = None,
+    matrix: str | None = None,
 ) -> HistoryView:
     """Group the per-(run, output) points by run, keeping the database's order (by time)."""
     runs: dict[int, HistoryRun] = {}
@@ -143,6 +163,7 @@ def build_history_view(
                 commit=p.kernel_commit,
                 label=p.label,
                 device=p.device_kind,
+                matrix=p.matrix,
                 cases=cases,
                 passed=passed,
                 bad=bad,
@@ -161,11 +182,12 @@ def build_history_view(
         database=database,
         outputs=outputs,
         runs=list(runs.values()),
+        matrix=matrix,
     )
 
 
 FLAT_COLUMNS = (
-    "run_id", "started_at", "kernel", "commit", "label", "run_cases", "run_pass_rate",
+    "run_id", "started_at", "kernel", "matrix", "commit", "label", "run_cases", "run_pass_rate",
     "output", "cases", "passed", "worst_usage", "median_usage", "worst_rel", "median_rel",
     "worst_norm", "median_norm",
 )  # fmt: skip
@@ -181,6 +203,7 @@ def flat_rows(view: HistoryView) -> list[dict[str, Any]]:
                     "run_id": run.run_id,
                     "started_at": run.started_at,
                     "kernel": run.kernel,
+                    "matrix": run.matrix,
                     "commit": run.commit or "",
                     "label": run.label or "",
                     "run_cases": run.cases,

@@ -2,7 +2,7 @@
 own (the previous run of a kernel, per-run case counts of one dtype).
 
 Everything else comes from ``convmatrix.db`` (``resolve_run``, ``load_results``, ``history``);
-the database itself is opened by ``db.Database``.
+the database itself is opened by ``db.database.Database``.
 """
 
 from __future__ import annotations

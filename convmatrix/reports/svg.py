@@ -27,6 +27,7 @@ class Series:
     values: list[float | None]  # one per x position; None = no point
     dashed: bool = False
     tips: list[str] = field(default_factory=list)  # hover text per point
+    colour: int | None = None  # index into the palette; None: the series' position
 
 
 def _fmt(v: float) -> str:
@@ -128,7 +129,7 @@ def line_chart(
 def _series_svg(
     k: int, s: Series, x_at: Callable[[int], float], y_at: Callable[[float], float], plot_w: float
 ) -> list[str]:
-    colour = _COLOURS[k % len(_COLOURS)]
+    colour = _COLOURS[(k if s.colour is None else s.colour) % len(_COLOURS)]
     dash = ' stroke-dasharray="5 3"' if s.dashed else ""
     points = [(i, v) for i, v in enumerate(s.values) if v is not None]
     path = " ".join(f"{x_at(i):.1f},{y_at(v):.1f}" for i, v in points)

@@ -8,7 +8,7 @@ its HTML)::
     /                             runs, filterable: ?kernel=&label=&device=&matrix=&since=&until=
     /runs/{run}                   a run (id, latest, label or commit, as on the command line)
     /diff/{base}/{head}           two runs matched by case id (/diff?base=&head=: the picker)
-    /history/{dtype}              one input dtype over the runs (?kernel=&output=&since=)
+    /history/{dtype}              one input dtype over the runs (?kernel=&matrix=&output=&since=)
     /cases/{case_id}              one case across runs and commits, with its rerun command
     /regressions                  the alerts, newest first (?state=detected&state=confirmed&kernel=)
     /alerts/{id}                  one alert: its cases, why, history, rerun, bisection, events
@@ -17,11 +17,13 @@ its HTML)::
 Writes (triage) are ``POST /api/regressions/{id}`` and ``POST /api/alerts/{id}`` with a JSON
 body (``service.triage_api``), allowed only when the server has a token and the request carries
 it and comes from no other site (``service.access``); without a token the server is read-only
-and every write answers 403. It never migrates: a database behind the newest schema is refused
-with the command that upgrades it. A name that matches nothing is a 404 with the same one-line
-message the command line would print.
-malformed input (a 5000-digit run id, ``since=999999999999d``, an unknown filter or state, a
-control character) is a 400.
+and every write answers 403, and wrong tokens are throttled (429). Every request must name this
+server in its Host header (421 otherwise: ``access.Hosts``). It never migrates: a database
+behind the newest schema is refused with the command that upgrades it. A name that matches
+nothing is a 404 with the same one-line message the command line would print, an id that
+names no row (``²``, past BIGINT) too; malformed input (a 5000-digit run id,
+``since=999999999999d``, an unknown filter or state, a control character, a lone surrogate)
+is a 400 (``service.inputs``), a body over ``MAX_BODY`` a 413: never a 500 or 503.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -44,6 +48,7 @@ from starlette.responses import (
     Response,
 )
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from convmatrix.core.errors import InputError, UsageError
 from convmatrix.db.database import Database
@@ -53,8 +58,8 @@ from convmatrix.reports.render import content_policy, render_html
 from convmatrix.reports.stored import StoredRun
 from convmatrix.reports.viewmodel import json_text, to_jsonable
 from convmatrix.service import alert_pages, pages
-from convmatrix.service.access import write_refusal
-from convmatrix.service.inputs import check_params
+from convmatrix.service.access import Hosts, Refusal, Throttle, check_token, write_refusal
+from convmatrix.service.inputs import check_ids, check_params, parse_id
 from convmatrix.service.regressions import TRANSITIONS
 from convmatrix.service.triage_api import (
     MAX_BODY,
@@ -87,6 +92,7 @@ PAGES: dict[str, Builder] = {
         kernel=_query(r, "kernel"),
         output=_query(r, "output"),
         since=_query(r, "since"),
+        matrix=_query(r, "matrix"),
     ),
     "/cases/{case_id}": lambda s, u, r: pages.case_page(
         s, u, r.path_params["case_id"], kernel=_query(r, "kernel")
@@ -103,8 +109,28 @@ PAGES: dict[str, Builder] = {
 WRITES = {"/api/regressions/{id}": triage_regression, "/api/alerts/{id}": triage_alert}
 
 
-def _refused(status: int, reason: str) -> Response:
-    return PlainTextResponse(f"convmatrix serve: {reason}\n", status_code=status)
+def _refused(status: int, reason: str, retry_after: int | None = None) -> Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return PlainTextResponse(f"convmatrix serve: {reason}\n", status_code=status, headers=headers)
+
+
+def _refusal(refusal: Refusal) -> Response:
+    return _refused(refusal.status, refusal.reason, refusal.retry_after)
+
+
+class _HostCheck:
+    """Every HTTP request's Host header checked before anything else (``access.Hosts``)."""
+
+    def __init__(self, app: ASGIApp, hosts: Hosts) -> None:
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = self.hosts.refusal(Headers(scope=scope).get("host"))
+            if refusal is not None:
+                await _refusal(refusal)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _body(request: Request) -> bytes | None:
@@ -120,11 +146,21 @@ async def _body(request: Request) -> bytes | None:
     return body
 
 
-def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
+def create_app(
+    db: str | None = None,
+    *,
+    token: str | None = None,
+    hosts: Hosts | None = None,
+    throttle: Throttle | None = None,
+) -> Starlette:
     """The ASGI app serving ``db`` (default ``CONVMATRIX_DB``, else ``convmatrix.db``);
-    ``token``: the bearer token writes need (``None``: read-only)."""
-    if token is not None and not token.strip():
-        raise UsageError("--token-file: the token is empty")
+    ``token``: the bearer token writes need (``None``: read-only); ``hosts``: the Host
+    headers it answers (``None``: any; ``convmatrix serve`` always gives the bound address,
+    an app mounted elsewhere is behind whatever checks them there); ``throttle``: of wrong
+    tokens (default ``Throttle()``)."""
+    if token is not None:
+        check_token(token, "the token")
+    throttle = throttle or Throttle()
     database = Database.open(db, existing=True, upgrade=False)  # serve never migrates
     engine, url = database.engine, database.url
     csp = content_policy(form_action="'self'", connect_src="'self'")
@@ -140,6 +176,7 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
         def handle(request: Request) -> Response:  # sync: Starlette runs it in a thread
             try:
                 check_params([*request.path_params.items(), *request.query_params.multi_items()])
+                check_ids(request.path_params)
                 with Session(engine) as session:
                     return page(session, request, as_json)
             except UsageError as err:  # malformed: 400; a name matching nothing: 404
@@ -191,21 +228,25 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
     def write(action: Callable[..., alert_pages.TriageResult]) -> Callable[..., Any]:
         async def handle(request: Request) -> Response:
             origin = f"{request.url.scheme}://{request.url.netloc}"
-            refusal = write_refusal(token, request.headers, origin)
+            client = request.client.host if request.client else ""
+            refusal = write_refusal(token, request.headers, origin, throttle=throttle,
+                                    client=client)  # fmt: skip
             if refusal is not None:
-                return _refused(403, refusal)
+                return _refusal(refusal)
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 return _refused(415, f"send JSON (Content-Type: application/json), not {kind!r}")
             body = await _body(request)
             if body is None:
                 return _refused(413, f"the body is over {MAX_BODY} bytes")
-            target = request.path_params["id"]
-            if not target.isdigit():
-                return _refused(404, f"{target!r}: no such id (give a number)")
+            target = parse_id(request.path_params["id"])
+            if target is None:
+                return _refused(
+                    404, f"{request.path_params['id'][:40]!r}: no such id (give a number)"
+                )
             try:
                 change = parse_change(body, request.headers.get("x-convmatrix-user"))
-                result = await run_in_threadpool(_write, action, int(target), change)
+                result = await run_in_threadpool(_write, action, target, change)
             except NotFound as err:
                 return _refused(404, str(err))
             except BadRequest as err:
@@ -234,7 +275,8 @@ def create_app(db: str | None = None, *, token: str | None = None) -> Starlette:
         yield
         database.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(_HostCheck, hosts=hosts)] if hosts is not None else []
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.url = url
     app.state.writable = writable
     return app

@@ -22,7 +22,7 @@ from convmatrix.core.errors import InputError, UsageError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, RUN_KINDS
 from convmatrix.db.engine import redact_url
 from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, RegressionRow, Run
-from convmatrix.db.queries import RunInfo, resolve_run
+from convmatrix.db.queries import RunInfo, resolve_run, run_values
 from convmatrix.reports.diff import DiffView, build_diff
 from convmatrix.reports.history_view import parse_since
 from convmatrix.reports.run_view import rerun_command
@@ -140,10 +140,7 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
             device=info.device_kind, matrix=info.matrix, started_at=_iso(info.started_at),
             status=info.status, counts={o: info.counts[o] for o in OUTCOMES}, verdict=verdict,
         ))  # fmt: skip
-    choices = {
-        name: sorted(v for v in session.scalars(select(column).distinct()) if v)
-        for name, column in columns.items()
-    }
+    choices = run_values(session, {name: column.key for name, column in columns.items()})
     choices["kind"] = [k for k in RUN_KINDS if k != "run"] + ["all"]  # none chosen: plain runs
     return RunsView(kind="runs", database=redact_url(url), runs=rows, choices=choices,
                     filters={k: v for k, v in filters.items() if v})  # fmt: skip

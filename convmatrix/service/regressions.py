@@ -151,7 +151,12 @@ def record_event(
 
 
 def _row(session: Session, regression_id: int) -> RegressionRow:
-    row = session.get(RegressionRow, regression_id)
+    """The row, locked until the transaction ends and read afresh under the lock: a change is
+    checked against the state it applies to, and its event's ``from`` is that state, however
+    many people triage it at once. PostgreSQL: ``SELECT ... FOR UPDATE`` (a second writer
+    waits for the first to commit, then reads what it wrote); SQLite: the write transaction
+    holds the database's one write lock from its start (``db.engine``: ``BEGIN IMMEDIATE``)."""
+    row = session.get(RegressionRow, regression_id, with_for_update=True, populate_existing=True)
     if row is None:
         raise UsageError(f"regression {regression_id}: no such regression")
     return row

@@ -13,19 +13,23 @@ not allow, or an ignore without a reason, a ``BadRequest`` with the lifecycle's 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InputError, UsageError
 from convmatrix.db.models import AlertRow, RegressionRow
 from convmatrix.service.alert_pages import TriageResult, triage_result
+from convmatrix.service.inputs import check_text
 from convmatrix.service.regressions import TRANSITIONS, list_regressions, triage
 
 __all__ = [
     "FIELDS",
     "MAX_BODY",
+    "MAX_DEPTH",
     "BadRequest",
     "Change",
     "NotFound",
@@ -36,6 +40,9 @@ __all__ = [
 
 FIELDS = ("state", "note", "assignee", "bug", "by")
 MAX_BODY = 64 * 1024  # bytes: a note, not a document
+MAX_DEPTH = 20  # nesting of arrays and objects; a good body is one flat object
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[^\[\]{}]")
 _LIMITS = {"state": 32, "note": 10_000, "assignee": 200, "bug": 2_000, "by": 200}
 
 
@@ -62,17 +69,51 @@ class Change:
                assignee=self.assignee, bug=self.bug)  # fmt: skip
 
 
+def _depth(text: str) -> int:
+    """How deep ``text``'s arrays and objects nest (its strings skipped): checked before
+    parsing, as a body of 30,000 ``[`` fits in ``MAX_BODY`` and would end the parser in a
+    RecursionError."""
+    depth = deepest = 0
+    for c in _BRACKETS.sub("", _STRINGS.sub('""', text)):
+        depth += 1 if c in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _number(text: str) -> Any:
+    """A JSON number, refused when longer than any a body needs (a 5000-digit integer is a
+    ValueError in ``int``); every field takes a string anyway."""
+    if len(text) > 40:
+        raise BadRequest(f"a number of {len(text)} characters: every field takes a string")
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
+def _constant(name: str) -> Any:
+    raise BadRequest(f"{name} is not JSON: every field takes a string")
+
+
+def _load(body: bytes) -> Any:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadRequest(f"the body is not UTF-8 JSON: {err}") from None
+    if _depth(text) > MAX_DEPTH:
+        raise BadRequest(f"the body nests deeper than {MAX_DEPTH}: send a flat JSON object")
+    try:
+        return json.loads(text, parse_int=_number, parse_float=_number,
+                          parse_constant=_constant)  # fmt: skip
+    except (json.JSONDecodeError, RecursionError, ValueError) as err:
+        raise BadRequest(f"the body is not JSON: {err}"[:200]) from None
+
+
 def parse_change(body: bytes, user_header: str | None) -> Change:
     """The change a request body asks for; ``BadRequest`` naming what is wrong with it."""
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadRequest(f"the body is not JSON: {err}") from None
+    data = _load(body)
     if not isinstance(data, dict):
         raise BadRequest(f"the body must be a JSON object with any of {', '.join(FIELDS)}")
     unknown = sorted(k for k in data if k not in FIELDS)
     if unknown:
-        raise BadRequest(f"unknown field {unknown[0]!r}: give any of {', '.join(FIELDS)}")
+        raise BadRequest(f"unknown field {unknown[0][:40]!r}: give any of {', '.join(FIELDS)}")
     values: dict[str, str | None] = {}
     for name in FIELDS:
         value = data.get(name)
@@ -80,6 +121,8 @@ def parse_change(body: bytes, user_header: str | None) -> Change:
             raise BadRequest(f"{name}: give a string, not {json.dumps(value)[:40]}")
         if value is not None and len(value) > _LIMITS[name]:
             raise BadRequest(f"{name}: at most {_LIMITS[name]} characters")
+        if value is not None:
+            _text(name, value)
         values[name] = value.strip() if value is not None else None
     state = values["state"] or None
     if state is not None and state not in TRANSITIONS:
@@ -92,6 +135,13 @@ def parse_change(body: bytes, user_header: str | None) -> Change:
     if (change.state, change.note, change.assignee, change.bug) == (None, None, None, None):
         raise BadRequest("nothing to change: give any of state, note, assignee, bug")
     return change
+
+
+def _text(name: str, value: str) -> None:
+    try:
+        check_text(name, value, lines=name == "note")
+    except InputError as err:
+        raise BadRequest(str(err)) from None
 
 
 def triage_regression(session: Session, regression_id: int, change: Change) -> TriageResult:
@@ -111,6 +161,12 @@ def triage_alert(session: Session, alert_id: int, change: Change) -> TriageResul
     ``BadRequest``) or when any refuses (an ignore without a reason): one transaction."""
     if session.get(AlertRow, alert_id) is None:
         raise NotFound(f"alert {alert_id}: no such alert")
+    # Its regressions locked (in id order, as every writer takes them) before their states
+    # are read: which can move is decided on the states the moves apply to.
+    session.scalars(
+        select(RegressionRow.id).where(RegressionRow.alert_id == alert_id)
+        .order_by(RegressionRow.id).with_for_update()
+    ).all()  # fmt: skip
     regressions = sorted(list_regressions(session, alert_ids=[alert_id]), key=lambda r: r.id)
     if not regressions:
         raise BadRequest(f"alert {alert_id} holds no regression")

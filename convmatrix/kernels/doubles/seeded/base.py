@@ -72,8 +72,8 @@ class Bug:
     """What a seeded kernel gets wrong, and how the matrix is meant to see it.
 
     ``trigger`` and ``quiet`` are ``Case`` fields over the small base cases of
-    ``convmatrix.kernels.doubles.seeded.cases``: ``trigger`` is a case the bug must fail, ``quiet``
-    one it must pass because its bug cannot show there (None: it shows on every case).
+    ``convmatrix.kernels.doubles.seeded.base_case``: ``trigger`` is a case the bug must fail,
+    ``quiet`` one it must pass because its bug cannot show there (None: it shows on every case).
     """
 
     name: str
