@@ -1,7 +1,9 @@
 """Confirmation before alerting, and the CI outputs of a real ``convmatrix run``: a failure
 that does not reproduce on rerun is flaky and does not fail ``--fail-on new-regressions``; one
 that does is confirmed and does; a nightly failing the same case again is not new; JUnit XML
-and the markdown summary come from the run itself. Real subprocesses, a real SQLite file."""
+and the markdown summary come from the run itself; a checkout with local changes at the recorded
+commit is not the code the run tested. Real subprocesses, a real SQLite file, a real git
+repository."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import warnings
 import xml.etree.ElementTree as ET
 
+from kernel_repo import BAD, cli, nightly, repository
 from runner_helpers import RESOURCES, TINY, TINY_L7, child_env, convmatrix_cmd, results, run, runs
 from sqlalchemy.orm import Session
 
@@ -209,3 +212,31 @@ def test_a_change_the_baseline_shows_too_when_rerun_is_not_blamed_on_the_commit(
     kinds = [(r.id, r.kind, r.label, r.kernel_commit) for r in runs(url)]
     assert kinds[2:] == [(3, "confirm", "confirm:2", shas[1]),
                          (4, "confirm", "confirm-base:2", shas[0])]  # fmt: skip
+
+
+# -- the code a confirmation reruns: the recorded commit, as it was ----------------------------
+
+
+def test_confirm_refuses_a_dirty_checkout_at_the_recorded_commit(tmp_path):
+    """The run tested commit ``bad`` as committed; the checkout stands at ``bad`` with a local
+    change to the kernel's file: rerunning that is not rerunning what the run tested, so
+    ``confirm`` refuses (exit 2, naming the commit and the local changes) and marks nothing;
+    ``--checkout`` reruns the commit as committed, from a temporary worktree."""
+    repo, good, bad = repository(tmp_path)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    assert nightly(repo, good, url).returncode == 0
+    broken = nightly(repo, bad, url)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    (repo / "repok.py").write_text(BAD + "# a local change, never committed\n")
+
+    refused = cli(repo, "confirm", "2", "--db", url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"at {bad} with local changes" in refused.stderr, refused.stderr
+    assert {r.state for r in _regressions(url)} == {"detected"}
+    assert len(runs(url)) == 2  # nothing was rerun
+
+    rerun = cli(repo, "confirm", "2", "--checkout", "--db", url)
+    assert rerun.returncode == 1, rerun.stdout + rerun.stderr  # reproduced
+    assert {r.state for r in _regressions(url)} == {"confirmed"}
+    (confirm,) = [r for r in runs(url) if r.label == "confirm:2"]
+    assert (confirm.kind, confirm.kernel_commit, confirm.kernel_dirty) == ("confirm", bad, False)

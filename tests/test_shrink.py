@@ -8,10 +8,15 @@ are told apart by what failed.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from kernel_repo import BAD, cli, git, nightly, repository
+from runner_helpers import KERNELS, child_env, convmatrix_cmd, runs
 
 from convmatrix.cli import main
 from convmatrix.db.database import Database
@@ -21,7 +26,7 @@ from convmatrix.kernels.interface.registry import load
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.runners.options import RunOptions
 from convmatrix.search.probe import Probe, ProbeOutcome
-from convmatrix.search.shrink import shrink
+from convmatrix.search.shrink import shrink, variant
 from convmatrix.service.regressions import list_regressions, regression_events
 
 
@@ -118,6 +123,25 @@ def test_packing_scales_with_seqlen_and_stays_where_the_bug_needs_it():
     assert shrunk.seq_lens is not None and sum(shrunk.seq_lens) == shrunk.seqlen
     assert len(shrunk.seq_lens) >= 2 and shrunk.seqlen <= 3
     assert result.boundaries["packing"][0] is None  # no packing passes
+
+
+def test_a_shrink_does_not_slide_to_another_bug(monkeypatch):
+    """``search_kernels:TwoBugs``: y is wrong past 64 tokens (A), dw at 2 tokens or fewer (B).
+    Shrinking a failure of A walks the length down through B's trigger: the candidate at
+    L=1 fails, but with B (dw, not y), so it is dropped and the shrink ends at A's own
+    boundary, failing the way the original did."""
+    monkeypatch.syspath_prepend(str(KERNELS))
+    from search_kernels import LONG, SHORT
+
+    probe = _probe("search_kernels:TwoBugs")
+    case = base_case({"seqlen": 200, "dim": 40, "batch": 2})
+    assert probe.judge(case).signature == "failed: y"  # A
+    assert probe.judge(variant(case, seqlen=SHORT)).signature == "failed: dw"  # B, on the way
+    result = shrink(case, probe)
+    assert result.outcome is not None and result.outcome.signature == "failed: y"
+    assert result.case.seqlen == LONG + 1 and result.boundaries["seqlen"] == (LONG, LONG + 1)
+    slid = [s for s in result.path if s.dimension == "seqlen" and s.after <= SHORT]
+    assert slid and all(s.outcome == "failed" and not s.failed for s in slid)  # B: dropped
 
 
 def test_the_budget_bounds_the_runs_and_a_passing_case_stays():
@@ -228,6 +252,15 @@ def test_shrink_command_text_and_usage_errors(tmp_path, capsys):
     assert main(["shrink", "latest", "feedbeef", "--db", db]) == 2
     assert "CASE 'feedbeef': no such case in run 1" in capsys.readouterr().err
     assert main(["shrink", "latest", case_id, "--db", db, "--max-runs", "0"]) == 2
+    # An --out that cannot be written is refused before any work (no run of kind shrink).
+    capsys.readouterr()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    unwritable = blocker / "shrunk" / "s.yaml"
+    assert main(["shrink", "latest", case_id, "--db", db, "--out", str(unwritable)]) == 2
+    assert f"--out {unwritable}: {blocker} is a file" in capsys.readouterr().err
+    with Database(db, existing=True) as database, database.reading() as session:
+        assert resolve_run(session, "latest").id == 1  # nothing recorded
 
 
 def test_run_shrink_shrinks_the_new_failures(tmp_path, capsys):
@@ -236,3 +269,88 @@ def test_run_shrink_shrinks_the_new_failures(tmp_path, capsys):
     tile = load("tiled").capabilities.geometry.time_tile
     assert f"passes at L={tile}, fails at L={tile + 1}" in out
     assert "recorded as run 2; attached to regression #1" in out
+
+
+# -- the code a shrink runs, and stopping it -------------------------------------------------
+
+
+def test_shrink_holds_to_the_recorded_commit_and_checkout_shrinks_it(tmp_path):
+    """The run tested commit ``bad``: from the ``good`` checkout, or from ``bad`` with local
+    changes, ``shrink`` refuses before any work (exit 2, both commits named, nothing written
+    or recorded); with ``--checkout`` it shrinks ``bad`` as committed from a temporary
+    worktree and records the commit it ran."""
+    repo, good, bad = repository(tmp_path)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    broken = nightly(repo, bad, url)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    with Database(url, existing=True) as database, database.reading() as session:
+        [failing] = [r.case.id for r in load_results(session, 1) if r.outcome == "failed"]
+    out = tmp_path / "shrunk.yaml"
+    argv = ["shrink", "1", failing, "--db", url, "--out", str(out), "--in-process"]
+
+    git(repo, "checkout", "-q", good)
+    elsewhere = cli(repo, *argv)
+    assert elsewhere.returncode == 2, elsewhere.stdout + elsewhere.stderr
+    assert f"tested kernel commit {bad}" in elsewhere.stderr and f"is at {good}" in elsewhere.stderr
+    git(repo, "checkout", "-q", bad)
+    (repo / "repok.py").write_text(BAD + "# a local change\n")
+    dirty = cli(repo, *argv)
+    assert dirty.returncode == 2 and f"at {bad} with local changes" in dirty.stderr, dirty.stderr
+    assert not out.exists() and len(runs(url)) == 1
+
+    git(repo, "checkout", "-q", "--", "repok.py")
+    git(repo, "checkout", "-q", good)
+    done = cli(repo, *argv, "--checkout", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(done.stdout)
+    tile = load("tiled").capabilities.geometry.time_tile
+    assert got["case"]["seqlen"] == tile + 1 and out.exists()
+    recorded = runs(url)[-1]
+    assert (recorded.kind, recorded.kernel, recorded.kernel_commit) == ("shrink", "repok", bad)
+
+
+@pytest.mark.parametrize("where", ["isolated", "in-process"])
+def test_sigterm_keeps_records_and_writes_the_smallest_case_so_far(tmp_path, where):
+    """A shrink of a slow kernel gets SIGTERM once its walk has kept a candidate (the second
+    candidate is running: L 200 -> 1 kept, then C 40 -> 1): it stops within seconds, exit
+    130, and what it found so far (a smaller case failing the same way) is written to --out
+    and recorded as a run of kind shrink."""
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    matrix = tmp_path / "tiny.yaml"
+    matrix.write_text(TINY)
+    kernel = "search_kernels:SlowReversedTaps"
+    made = subprocess.run(
+        convmatrix_cmd("run", "--matrix", str(matrix), "--kernel", kernel, "-n", "0",
+                       "--device", "cpu", "--db", db),
+        env=child_env(SLOW_S="0"), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert made.returncode == 1, made.stdout + made.stderr
+    with Database(db, existing=True) as database, database.reading() as session:
+        [long] = [r.case for r in load_results(session, 1) if r.case.seqlen == 200]
+    calls, out = tmp_path / "calls.log", tmp_path / "shrunk.yaml"
+    argv = ["shrink", "1", long.id, "--db", db, "--out", str(out)]
+    argv += ["--in-process"] if where == "in-process" else []
+    shrinking = subprocess.Popen(
+        convmatrix_cmd(*argv), env=child_env(SLOW_S="0.3", CALLS_LOG=str(calls)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and shrinking.poll() is None:
+            called = set(calls.read_text().split()) if calls.exists() else set()
+            if called - {"200,40", "1,40"}:  # the second candidate runs: the first was kept
+                break
+            time.sleep(0.2)
+        sent = time.monotonic()
+        shrinking.send_signal(signal.SIGTERM)
+        stdout, stderr = shrinking.communicate(timeout=60)
+        stopped_s = time.monotonic() - sent
+    finally:
+        shrinking.kill()
+    assert shrinking.returncode == 130, stdout + stderr
+    assert stopped_s < 10, stopped_s
+    assert ", interrupted:" in stdout, stdout
+    [case] = expand_matrix(load_matrix(str(out)), load("tiled")).cases
+    assert case.seqlen < long.seqlen and case.op == long.op
+    recorded = runs(db)[-1]
+    assert recorded.kind == "shrink" and recorded.n_results == 1

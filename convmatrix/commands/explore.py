@@ -7,7 +7,9 @@ shrunk cases agree, and writes the failing cases as a matrix file (``--out``) th
 ``convmatrix run --matrix FILE`` runs (docs/search.md, "Explore").
 
 Exit status: 1 when it found a failure, 0 when the budget ran out without one, 2 on usage
-errors.
+errors (nothing runs: ``--out`` is checked first), 3 when the machine or the database failed
+under it, 130 when SIGINT or SIGTERM stopped it; the findings so far are written in every
+case.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from pathlib import Path
+from typing import Any
 
-from convmatrix.core.errors import UsageError
+from convmatrix.commands.arguments import check_writable
+from convmatrix.core.errors import InfrastructureError, UsageError
 from convmatrix.runners.options import add_cli_options, check_device
 
 __all__ = ["add_arguments", "explore_command", "parse_budget", "parse_count"]
@@ -60,20 +65,32 @@ def explore_command(args: argparse.Namespace) -> int:
         budget_s=parse_budget(args.budget), seed=args.seed, max_failures=args.max_failures,
         round_s=parse_budget(args.round), shrink_runs=args.shrink_runs,
     )  # fmt: skip
+    out = args.out or Path(f"explore-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.kernel)}.yaml")
+    check_writable(out, "--out")
     from convmatrix.pipeline.explore import ExploreOptions, explore_kernel  # imports torch
 
-    out = args.out or Path(f"explore-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.kernel)}.yaml")
     options = ExploreOptions(
         kernel=args.kernel, settings=settings, max_elements=max_elements, device=args.device,
         workers=args.workers, executor=args.executor, address=args.address, db=args.db,
         out=out, shrink=not args.no_shrink,
     )  # fmt: skip
     report = explore_kernel(options, on_progress=lambda p: print(p.line(), flush=True))
+    _print_report(report, args.kernel, args.seed, out)
+    if report.fault is not None:
+        raise InfrastructureError(report.fault)  # one line, exit 3
+    if report.interrupted:
+        print(f"convmatrix explore: interrupted ({report.signal or 'signal'}) after "
+              f"{report.elapsed_s:.0f}s", file=sys.stderr)  # fmt: skip
+    return report.exit_code
+
+
+def _print_report(report: Any, kernel: str, seed: int, out: Path) -> None:
     first = report.first_failure_s
     print(
-        f"explore {args.kernel} seed {args.seed}: {report.cases} cases in {report.rounds} "
+        f"explore {kernel} seed {seed}: {report.cases} cases in {report.rounds} "
         f"rounds, {report.elapsed_s:.0f}s, {len(report.failures)} failed"
         + (f" (first after {first:.1f}s)" if first is not None else "")
+        + ("; the budget ran out inside the last round" if report.cut else "")
     )
     for i, finding in enumerate(report.findings, 1):
         shrunk = finding.shrunk
@@ -83,8 +100,8 @@ def explore_command(args: argparse.Namespace) -> int:
         for line in shrunk.boundary_lines() if shrunk is not None else ():
             print(f"   {line}")
     if report.findings:
-        print(f"matrix of the failing cases: {out} (convmatrix run --matrix {out} ...)")
-    return report.exit_code
+        print(f"matrix of the failing cases: {out} (convmatrix run --matrix {out} ...)",
+              flush=True)  # fmt: skip
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,7 +110,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "docs/spec.md (biased toward tile and power-of-two boundaries and the kernel's "
         "contract edges), run them in rounds like `run` (recorded as runs of kind explore), "
         "shrink each failure and write the failing cases as a matrix file. Exit 1 when a "
-        "failure was found, 0 when the budget ran out without one."
+        "failure was found, 0 when the budget ran out without one, 3 when the machine or the "
+        "database failed, 130 on SIGINT/SIGTERM (the findings so far are written each time)."
     )
     add_cli_options(p, only=("kernel", "device", "workers", "db", "executor", "address"))
     p.add_argument("--budget", default="10m", help="search time: 90s, 10m, 1h (default 10m)")

@@ -12,21 +12,34 @@ shrink. What it found is kept three ways:
   shrink's path and boundaries in its options;
 - an event on each open regression of the original case (same kernel, matrix and device),
   naming the shrunk case and its run.
+
+It shrinks the kernel the run tested, or nothing: the kernel's checkout must stand at the
+run's commit (``pipeline.checkout.recorded_code``, the check ``confirm`` makes); with
+``--checkout`` the whole shrink runs as ``convmatrix shrink`` in a process importing the
+kernel from a temporary worktree at that commit (``shrink_in_worktree``). SIGINT and SIGTERM
+end the walk within a case (``search.stop``); the smallest case found so far is still
+written, recorded and attached (``ShrinkResult.interrupted``: exit 130).
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from convmatrix.core.case import Case
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InfrastructureError, UsageError
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.db.database import Database
+from convmatrix.db.engine import absolute_url
 from convmatrix.db.models import RegressionRow
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
 from convmatrix.db.run_store import DatabaseStore
+from convmatrix.pipeline.checkout import recorded_code, worktree_env
 from convmatrix.pipeline.steps import RunState
 from convmatrix.runners.controller import Controller, run_meta
 from convmatrix.runners.options import RunOptions
@@ -34,9 +47,17 @@ from convmatrix.runners.workload import select_cases
 from convmatrix.search.probe import Probe
 from convmatrix.search.shrink import ShrinkResult, shrink
 from convmatrix.search.space import case_entry, matrix_text
+from convmatrix.search.stop import stoppable
 from convmatrix.service.regressions import OPEN_STATES, list_regressions, record_event
 
-__all__ = ["Shrunk", "probe_options", "shrink_run_failures", "shrink_stored"]
+__all__ = [
+    "Shrunk",
+    "probe_options",
+    "shrink_in_worktree",
+    "shrink_run_failures",
+    "shrink_stored",
+    "stored_failure",
+]
 
 BY = "convmatrix shrink"
 
@@ -55,7 +76,7 @@ class Shrunk:
         """What a terminal shows: the shrink in a line, its boundaries, where it was kept;
         with ``path`` every candidate judged on the way."""
         r = self.result
-        budget = ", budget spent" if r.exhausted else ""
+        budget = ", interrupted" if r.interrupted else ", budget spent" if r.exhausted else ""
         out = [f"shrunk {r.original.pytest_id} of run {self.run_id} in {r.runs} case runs"
                f"{budget}: {r.case.pytest_id} ({r.failure.signature})"]  # fmt: skip
         if path:
@@ -105,6 +126,20 @@ def _stored_case(results: Sequence[CaseResult], spec: str, run: RunInfo) -> Case
     return by_id[case.id]
 
 
+def stored_failure(
+    database: Database, run_spec: str | int, case_spec: str
+) -> tuple[RunInfo, CaseResult]:
+    """The run ``run_spec`` names and its failing case ``case_spec``; a ``UsageError`` for
+    no such run or case, or a case that did not fail."""
+    with database.reading() as session:
+        run = resolve_run(session, run_spec)
+        stored = _stored_case(load_results(session, run.id), case_spec, run)
+    if stored.outcome not in BAD_OUTCOMES:
+        raise UsageError(f"case {stored.case.pytest_id} {stored.outcome} in run {run.id}: "
+                         "only a failing case shrinks")  # fmt: skip
+    return run, stored
+
+
 def shrink_stored(
     database: Database,
     run_spec: str | int,
@@ -114,22 +149,22 @@ def shrink_stored(
     out: Path | None = None,
     isolate: bool = True,
     record: bool = True,
+    here: bool = False,
 ) -> Shrunk:
     """Shrink case ``case_spec`` of run ``run_spec`` (id, ``latest``, label, commit) within
     ``max_runs`` case runs; write its matrix to ``out`` (None: nowhere), record it and attach
-    it to the case's open regressions (``record``)."""
+    it to the case's open regressions (``record``). Refused unless the kernel's checkout
+    stands at the run's commit, or ``here`` (the run's own process: ``run --shrink``)."""
     if max_runs < 1:
         raise UsageError(f"--max-runs {max_runs}: at least 1")
-    with database.reading() as session:
-        run = resolve_run(session, run_spec)
-        stored = _stored_case(load_results(session, run.id), case_spec, run)
-    if stored.outcome not in BAD_OUTCOMES:
-        raise UsageError(f"case {stored.case.pytest_id} {stored.outcome} in run {run.id}: "
-                         "only a failing case shrinks")  # fmt: skip
+    run, stored = stored_failure(database, run_spec, case_spec)
     options = probe_options(run)
+    code = contextlib.nullcontext() if here else recorded_code(
+        run, str(options.kernel), "shrink", checkout=False
+    )  # fmt: skip
     # The isolated child rebuilds the run from its matrix: a run of cases given to pytest
     # as files has none, and runs its candidates in this process.
-    with Probe(options, isolate=isolate and bool(options.matrix)) as probe:
+    with code, stoppable(), Probe(options, isolate=isolate and bool(options.matrix)) as probe:
         result = shrink(stored.case, probe, max_runs=max_runs)
         if not result.failure.failed:
             raise UsageError(
@@ -137,12 +172,39 @@ def shrink_stored(
                 f"({result.failure.outcome}): nothing to shrink (flaky, or the kernel changed)"
             )
         shrunk = Shrunk(run.id, result)
-        if out is not None:
-            shrunk.matrix = write_matrix(result, out, run)
         if record:
             shrunk.recorded_run = _record(database, probe, run, result)
             shrunk.regressions = _attach(database, run, shrunk)
+        if out is not None:
+            shrunk.matrix = write_matrix(result, out, run)
     return shrunk
+
+
+def shrink_in_worktree(
+    database: Database, run_spec: str | int, case_spec: str, options: list[str]
+) -> int | None:
+    """``--checkout``: when the kernel's checkout here is not the run's code, the whole shrink
+    as ``convmatrix shrink RUN CASE *options`` in a process importing the kernel from a
+    temporary worktree at the run's commit, its output passed through; its exit status.
+    None: the code here is the run's (shrink here). A signal is passed on to it, and its
+    status (130, the case so far kept) is the answer."""
+    run, stored = stored_failure(database, run_spec, case_spec)
+    kernel = str(probe_options(run).kernel)
+    with recorded_code(run, kernel, "shrink", checkout=True) as root:
+        if root is None:
+            return None
+        argv = [sys.executable, "-m", "convmatrix", "shrink", str(run.id), stored.case.id,
+                *options, "--db", absolute_url(database.url)]  # fmt: skip
+        child = subprocess.Popen(argv, cwd=root, env=worktree_env(root))
+        with stoppable() as stopping:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                child.send_signal(stopping.signum or signal.SIGINT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    return child.wait(timeout=60)
+                child.kill()
+                return child.wait()
 
 
 def write_matrix(result: ShrinkResult, out: Path, run: RunInfo) -> Path:
@@ -154,8 +216,11 @@ def write_matrix(result: ShrinkResult, out: Path, run: RunInfo) -> Path:
         suites=[case.suite],
     )  # fmt: skip
     header = "\n".join(f"# {line}" for line in result.boundary_lines())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text((header + "\n" if header else "") + text, encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text((header + "\n" if header else "") + text, encoding="utf-8")
+    except OSError as exc:  # checked before the work (--out): the disk failed since
+        raise InfrastructureError(f"--out {out}: {exc.strerror or exc}") from exc
     return out
 
 
@@ -209,9 +274,14 @@ def shrink_run_failures(
         if left < 2:  # a reproduction and one candidate: less shrinks nothing
             break
         try:
-            done.append(shrink_stored(database, run_id, case.id, max_runs=min(per_case, left)))
+            shrunk = shrink_stored(
+                database, run_id, case.id, max_runs=min(per_case, left), here=True
+            )
         except UsageError:
             continue  # passes now (flaky): nothing to shrink
+        done.append(shrunk)
+        if shrunk.result.interrupted:  # kept; a signal stops the rest
+            raise KeyboardInterrupt
     return done
 
 

@@ -135,7 +135,11 @@ class Probe:
         case = self.classified(case)
         start = time.perf_counter()
         if self._isolated is not None:
-            result = self._isolated.run(self.workload.source, case, self.timeout_s)
+            try:
+                result = self._isolated.run(self.workload.source, case, self.timeout_s)
+            except KeyboardInterrupt:  # a signal: the case in flight is abandoned, not awaited
+                self._isolated.kill()
+                raise
         else:
             result = run_guarded(case, self.context)
         outcome = ProbeOutcome(

@@ -39,6 +39,7 @@ from convmatrix.core.case import Case
 from convmatrix.matrix.build import applicable_checks
 from convmatrix.search.probe import Probe, ProbeOutcome
 from convmatrix.search.space import case_entry
+from convmatrix.search.stop import BudgetSpent
 
 __all__ = ["LABELS", "ShrinkResult", "Step", "shrink"]
 
@@ -99,8 +100,9 @@ class ShrinkResult:
     runs: int  # case runs, the original's reproduction included
     path: list[Step] = field(default_factory=list)
     boundaries: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    exhausted: bool = False  # every run of the budget was spent (the walk may not be done)
+    exhausted: bool = False  # its runs (or explore's time) were spent: the walk may not be done
     outcome: ProbeOutcome | None = None  # the shrunk case's own (its CaseResult within)
+    interrupted: bool = False  # a signal ended the walk: ``case`` is the smallest so far
 
     def dimensions(self) -> dict[str, Any]:
         """The shrunk case, dimension by dimension (as a matrix include entry spells it)."""
@@ -135,6 +137,7 @@ class ShrinkResult:
             "path": [s.to_json() for s in self.path],
             "boundaries": {k: list(v) for k, v in self.boundaries.items()},
             "exhausted": self.exhausted,
+            "interrupted": self.interrupted,
         }
 
 
@@ -344,10 +347,35 @@ def shrink(
     """Shrink failing ``case`` on ``probe``'s kernel within ``max_runs`` case runs (the
     original's reproduction is the first). ``same_failure=False`` keeps any failing
     candidate, whatever failed. A case that does not fail on the probe is returned as is
-    (``runs`` 1, no path)."""
+    (``runs`` 1, no path). A signal (``KeyboardInterrupt``) after the reproduction ends the
+    walk with the smallest case that failed the same way so far (``interrupted``), and so
+    does the end of explore's budget (``BudgetSpent``: ``exhausted``); either during the
+    reproduction leaves: nothing was found to keep."""
     if max_runs < 1:
         raise ValueError(f"max_runs {max_runs}: at least 1 (the original's reproduction)")
     walk = _Walk(case, probe, max_runs, same_failure)
+    interrupted = out_of_time = False
+    try:
+        _walk_down(walk)
+    except BudgetSpent:  # explore's budget: the walk ends as if its runs were spent
+        out_of_time = True
+    except KeyboardInterrupt:
+        interrupted = True
+    return ShrinkResult(
+        case=walk.case,
+        original=case,
+        failure=walk.failure,
+        runs=walk.runs,
+        path=walk.path,
+        boundaries=walk.boundaries,
+        exhausted=walk.spent or out_of_time,
+        outcome=walk.kept,
+        interrupted=interrupted,
+    )
+
+
+def _walk_down(walk: _Walk) -> None:
+    """The passes, until one changes nothing or the budget is spent."""
     changed = walk.failure.failed
     while changed and not walk.spent:
         before = walk.case.id
@@ -356,13 +384,3 @@ def shrink(
                 break
             step()
         changed = walk.case.id != before
-    return ShrinkResult(
-        case=walk.case,
-        original=case,
-        failure=walk.failure,
-        runs=walk.runs,
-        path=walk.path,
-        boundaries=walk.boundaries,
-        exhausted=walk.spent,
-        outcome=walk.kept,
-    )
