@@ -101,6 +101,12 @@ def _run_matrix(session: nox.Session, matrix: str) -> str | None:
     its report and the diff against the previous run of the same kernel (reports/diff.html
     for nightly, reports/diff-<matrix>.html for the others); why it failed, or None."""
     args = run_arguments(session)
+    # Reproduce before blame: new regressions and the cases the machine failed to judge are
+    # rerun (docs/regressions.md); ``-- --no-confirm`` leaves them as the run found them.
+    if "--no-confirm" in args:
+        args.remove("--no-confirm")
+    elif "--confirm" not in args:
+        args.append("--confirm")
     db = _option_value(args, "--db")
     try:
         session.run("convmatrix", "run", "--matrix", matrix, "--report", "reports", *args)
@@ -120,9 +126,11 @@ def _run_matrix(session: nox.Session, matrix: str) -> str | None:
 
 @nox.session
 def matrix(session: nox.Session) -> None:
-    """The nightly job: run the nightly matrix on this machine's devices, write the run report
-    (reports/run-<id>.html) and the diff against the previous run of the same kernel
-    (reports/diff.html). Arguments after ``--`` go to ``convmatrix run``. With a GPU or MLU
+    """The nightly job: run the nightly matrix on this machine's devices, confirm what it
+    found (``--confirm``: new regressions and cases the machine failed to judge rerun; ``--
+    --no-confirm`` skips it), write the run report (reports/run-<id>.html) and the diff against
+    the previous run of the same kernel (reports/diff.html). Arguments after ``--`` go to
+    ``convmatrix run``. With a GPU or MLU
     here, the production matrix (Mamba-sized cases) runs too; on a CPU it stays opt-in
     (``nox -s production``), minutes instead of seconds."""
     failed = [_run_matrix(session, "nightly")]
@@ -155,6 +163,12 @@ def perf(session: nox.Session) -> None:
     5 before them (``--timing-history``). Arguments after ``--`` go to ``convmatrix run``.
     """
     args = run_arguments(session)
+    # Reproduce before blame: new regressions and the cases the machine failed to judge are
+    # rerun (docs/regressions.md); ``-- --no-confirm`` leaves them as the run found them.
+    if "--no-confirm" in args:
+        args.remove("--no-confirm")
+    elif "--confirm" not in args:
+        args.append("--confirm")
     db = _option_value(args, "--db")
     session.run("convmatrix", "run", "--matrix", "perf", "--report", "reports", *args)
     diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/perf-diff.html"]

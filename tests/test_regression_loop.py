@@ -5,9 +5,10 @@ breaks lengths past one tile, of a fix, and of the break coming back.
 What must hold (issue "Regressions you can act on"): one alert whose regressions are the
 failing cases, one each, with every output's usage before and after and an explanation naming
 seqlen; ``confirm`` from the good checkout marks nothing flaky (it refuses, naming both
-commits) and ``--checkout`` reruns the recorded commit; the fix closes the regressions and the
-break coming back reopens the same ones; confirm runs are never baselines nor ``latest``; an
-export imported twice leaves the counts as after the first import."""
+commits) and ``--checkout`` reruns the recorded commit (and the baseline's, where the checkout
+stands); the fix closes the regressions and the break coming back opens new ones in a new
+alert, the first alert keeping its regressions, fixed; confirm runs are never baselines nor
+``latest``; an export imported twice leaves the counts as after the first import."""
 
 from __future__ import annotations
 
@@ -125,21 +126,28 @@ def test_the_regression_loop_of_a_kernel_repository(db_url, tmp_path):
     assert alert["confirm_run"] == 3
     engine = open_database(url)
     with Session(engine) as session:
-        rerun = session.get(Run, 3)
+        rerun, base_rerun = session.get(Run, 3), session.get(Run, 4)
         assert (rerun.kind, rerun.kernel_commit) == ("confirm", bad)  # the commit it ran
+        # the baseline's commit, rerun where the checkout stands: the change reproduces
+        assert (base_rerun.label, base_rerun.kernel_commit) == ("confirm-base:2", good)
     engine.dispose()
+    assert "(baseline rerun as run 4)" in confirmed.stdout
 
     fixed = _nightly(repo, fix, url)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert f"{len(failing)} fixed (against run 2)" in fixed.stdout  # never the confirm run
+    assert f"{len(failing)} fixed (against run 2)" in fixed.stdout  # never the confirm runs
     back = _nightly(repo, again, url)
     assert back.returncode == 1
-    assert f"0 new, {len(failing)} reopened" in back.stdout
-    assert "(against run 4, alert" in back.stdout
-    # The same regressions, moved to the alert of the pair 4 -> 5 (the first one is empty now).
-    (latest,) = json.loads(_cli(repo, "regressions", "--format", "json", "--db", url).stdout)
-    assert {r["id"] for r in latest["regressions"]} == {r["id"] for r in regressions}
-    assert latest["run_id"] == 5 and latest["baseline_run"] == 4
+    assert f"{len(failing)} new, 0 reopened" in back.stdout
+    assert "(against run 5, alert" in back.stdout
+    # New regressions (one cause each) in the alert of the pair 5 -> 6; the first alert keeps
+    # its regressions, fixed.
+    latest, first = json.loads(_cli(repo, "regressions", "--format", "json", "--db", url).stdout)
+    assert not {r["id"] for r in latest["regressions"]} & {r["id"] for r in regressions}
+    assert {r["case_id"] for r in latest["regressions"]} == failing
+    assert latest["run_id"] == 6 and latest["baseline_run"] == 5
+    assert {r["id"] for r in first["regressions"]} == {r["id"] for r in regressions}
+    assert {r["state"] for r in first["regressions"]} == {"fixed"}
 
     dump = tmp_path / "all.jsonl"
     assert _cli(repo, "export", "--all", "--out", str(dump), "--db", url).returncode == 0

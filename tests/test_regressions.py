@@ -7,6 +7,7 @@ the job summary within its limit) name what the run found, in detail."""
 from __future__ import annotations
 
 import json
+import warnings
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -20,10 +21,17 @@ from convmatrix.db import load_results, open_database
 from convmatrix.db.engine import write_session
 from convmatrix.db.models import Run
 from convmatrix.db.queries import list_runs, resolve_run
+from convmatrix.service.alert_pages import regression_page
 from convmatrix.service.alerts import get_alert, list_alerts
 from convmatrix.service.ci import JobSummary, job_summary_markdown, junit_xml
 from convmatrix.service.regressions import list_regressions, regression_events, set_state
 from convmatrix.service.scan import scan_run
+
+with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from convmatrix.service.app import create_app
 
 N = 40
 BROKEN = {c.id for c in cases(N)[:3]}  # the cases a "bad commit" breaks
@@ -70,9 +78,9 @@ def test_a_bad_commit_raises_one_alert_with_one_regression_per_case_and_kind(db_
     engine.dispose()
 
 
-def test_known_fixed_and_broken_again_reopens_the_same_regressions(db_url):
+def test_known_kept_fixed_by_a_run_and_failing_again_is_a_new_regression(db_url):
     engine = open_database(db_url)
-    good = _run(engine, False, "1" * 40)
+    _run(engine, False, "1" * 40)
     first = _scan(engine, _run(engine, True, "2" * 40))
     again = _scan(engine, _run(engine, True, "3" * 40))  # the nightly keeps failing them
     assert again.new == again.reopened == [] and again.alert_id is None
@@ -83,35 +91,110 @@ def test_known_fixed_and_broken_again_reopens_the_same_regressions(db_url):
     assert all(r.state == "fixed" and r.fixed_run == fixed_run for r in fixed.fixed)
     broken_again = _run(engine, True, "5" * 40)
     back = _scan(engine, broken_again)
-    assert back.new == [] and {r.id for r in back.reopened} == {r.id for r in first.new}
-    assert back.alert_id not in (None, first.alert_id)  # the new pair's alert holds them
-    assert all(r.state == "detected" and r.last_good_run == fixed_run for r in back.reopened)
+    # One regression per cause: new ones, in the new pair's alert; the old ones stay fixed.
+    assert back.reopened == [] and len(back.new) == len(first.new)
+    assert not {r.id for r in back.new} & {r.id for r in first.new}
+    assert back.alert_id not in (None, first.alert_id)
+    assert all(r.state == "detected" and r.last_good_run == fixed_run for r in back.new)
+    assert all(r.first_bad_run == broken_again for r in back.new)
     with Session(engine) as session:
+        old = get_alert(session, first.alert_id)
         events = regression_events(session, first.new[0].id)
+    assert {r.id for r in old.regressions} == {r.id for r in first.new}
+    assert old.states == {"fixed": len(first.new)}
     assert [(e.from_state, e.to_state, e.by) for e in events] == [
-        (None, "detected", "scan"), ("detected", "fixed", "scan"), ("fixed", "detected", "scan"),
+        (None, "detected", "scan"), ("detected", "fixed", "scan"),
     ]  # fmt: skip
-    assert events[2].note == f"failed again in run {broken_again} (fixed in run {fixed_run})"
-    assert back.baseline_id == fixed_run != good
+    assert back.baseline_id == fixed_run
     engine.dispose()
 
 
-def test_a_regression_fixed_by_hand_reopens_when_the_next_run_fails_it(sqlite_url, capsys):
+def test_a_regression_fixed_by_hand_while_failing_is_reopened_in_its_alert(sqlite_url):
+    """No run passed the case after a person set it fixed: the same cause, still there. It
+    reopens where it is (its alert, first bad run, detail), with an event saying so."""
     engine = open_database(sqlite_url)
     _run(engine, False, "1" * 40)
-    first = _scan(engine, _run(engine, True, "2" * 40))
+    bad = _run(engine, True, "2" * 40)
+    first = _scan(engine, bad)
     reg = first.new[0]
     assert main(["regressions", "set", str(reg.id), "fixed", "--by", "ana",
                  "--db", sqlite_url]) == 0  # fmt: skip
     later = _run(engine, True, "3" * 40)
     scan = _scan(engine, later)
-    assert reg.id in {r.id for r in scan.reopened}
+    assert [r.id for r in scan.reopened] == [reg.id] and scan.new == []
     with Session(engine) as session:
         (now,) = list_regressions(session, ids=[reg.id])
         events = regression_events(session, reg.id)
-    assert now.state == "detected" and now.first_bad_run == later
+    assert now.state == "detected" and now.alert_id == first.alert_id
+    assert (now.first_bad_run, now.detail) == (bad, reg.detail)
     assert (events[-2].by, events[-2].to_state) == ("ana", "fixed")
-    assert (events[-1].by, events[-1].to_state) == ("scan", "detected")
+    assert (events[-1].by, events[-1].to_state, events[-1].run_id) == ("scan", "detected", later)
+    assert events[-1].note == (
+        f"still failing in run {later} (set fixed by ana; no run passed it since)"
+    )
+    engine.dispose()
+
+
+def test_set_fixed_by_hand_then_passed_then_failing_is_a_new_regression(sqlite_url):
+    engine = open_database(sqlite_url)
+    _run(engine, False, "1" * 40)
+    reg = _scan(engine, _run(engine, True, "2" * 40)).new[0]
+    with write_session(engine) as session:
+        set_state(session, reg.id, "fixed", by="ana")
+    passed = _run(engine, False, "3" * 40)
+    closed = _scan(engine, passed).fixed  # the two others; the one set fixed is not counted
+    assert reg.id not in {r.id for r in closed} and len(closed) == len(BROKEN) - 1
+    with Session(engine) as session:
+        (now,) = list_regressions(session, ids=[reg.id])
+    assert (now.state, now.fixed_run, now.changed_by) == ("fixed", passed, "ana")
+    back = _scan(engine, _run(engine, True, "4" * 40))
+    assert reg.id not in {r.id for r in back.new} and reg.case_id in {r.case_id for r in back.new}
+    assert back.reopened == []
+    engine.dispose()
+
+
+def test_bug_one_fixed_then_bug_two_on_the_same_case_keeps_both_causes(sqlite_url, capsys):
+    """The issue's history: run A breaks case X (bug 1, with two other cases), run B fixes
+    it, run C breaks X again (bug 2, with another case). Two regressions for X; the first
+    still fixed in its alert, whose counts and bug link are as they were."""
+    engine = open_database(sqlite_url)
+    grid = cases(N)
+    x = grid[0].id
+    bug_one, bug_two = {x, grid[1].id, grid[2].id}, {x, grid[5].id}
+
+    def run_with(broken: set[str], commit: str) -> int:
+        results = synthetic_results(N, bug=lambda c: c.id in broken, extras=False)
+        return write_run(engine, results, commit=commit)
+
+    run_with(set(), "0" * 40)
+    a = _scan(engine, run_with(bug_one, "a" * 40))
+    assert main(["regressions", "set", f"a{a.alert_id}", "acknowledged", "--bug", "BUG-1",
+                 "--db", sqlite_url]) == 0  # fmt: skip
+    _scan(engine, run_with(set(), "b" * 40))
+    c = _scan(engine, run_with(bug_two, "c" * 40))
+    assert c.alert_id != a.alert_id and {r.case_id for r in c.new} == bug_two
+    capsys.readouterr()
+    assert main(["regressions", "--case", x, "--format", "json", "--db", sqlite_url]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    of_x = {a["id"]: [r for r in a["regressions"] if r["case_id"] == x] for a in listed}
+    (old,), (new,) = of_x[a.alert_id], of_x[c.alert_id]
+    assert (old["state"], old["bug"], old["first_bad_run"]) == ("fixed", "BUG-1", a.run_id)
+    assert (new["state"], new["bug"], new["first_bad_run"]) == ("detected", None, c.run_id)
+    with Session(engine) as session:
+        first = get_alert(session, a.alert_id)
+        page = regression_page(session, sqlite_url, new["id"])
+        earlier = regression_page(session, sqlite_url, old["id"])
+    assert len(first.regressions) == 3 and first.states == {"fixed": 3}  # as after run B
+    assert {r.case_id for r in first.regressions} == bug_one
+    # The lineage: each regression's page lists the case's other ones, with their alerts.
+    assert [(r.id, r.state, r.alert_id) for r in page.lineage] == [(old["id"], "fixed", a.alert_id)]
+    assert [r.id for r in earlier.lineage] == [new["id"]]
+    with TestClient(create_app(sqlite_url)) as client:
+        html = client.get(f"/regressions/{new['id']}").text
+        case = client.get(f"/api/cases/{x}").json()
+    assert f'<tr data-regression-id="{old["id"]}"><td class="num"><a href="/regressions/' in html
+    assert f'<a href="/alerts/{a.alert_id}">alert {a.alert_id}</a>' in html
+    assert {r["id"] for r in case["regressions"]} == {old["id"], new["id"]}
     engine.dispose()
 
 

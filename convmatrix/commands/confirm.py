@@ -1,13 +1,15 @@
 """``convmatrix confirm RUN``: rerun the cases of RUN's new regressions and mark each one
-confirmed (it reproduces) or flaky (it does not); ``convmatrix run --confirm`` does the same
-right after the run (``convmatrix.pipeline.confirm``).
+confirmed (it reproduces) or flaky (it does not), and rerun with a 4x longer limit the cases
+the machine failed to judge (timeouts, lost workers, harness errors), filing as confirmed
+regressions those the rerun shows to be the kernel's; ``convmatrix run --confirm`` does the
+same right after the run (``convmatrix.pipeline.confirm``).
 
 The rerun runs the cases by id, with the run's own kernel and matrix, on another device of
 the same kind when the machine has more than one, as a side run labelled ``confirm:RUN`` that
 is never a nightly's baseline. It reruns the kernel at the commit the run recorded: a checkout
 elsewhere is refused with both commits named, or with ``--checkout`` a temporary worktree at
-the recorded commit is used. Exit status: 0 when nothing was confirmed, 1 when any was, 2 when
-the rerun was refused.
+the recorded commit is used. Exit status: 0 when nothing was confirmed, 1 when any was (or a
+case not judged before was reproduced), 2 when the rerun was refused.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def confirm_command(args: argparse.Namespace) -> int:
     with Database(args.db, existing=True) as database:
         result = confirm_run(database, args.run, args.workers, checkout=args.checkout)
     print(terminal_safe("\n".join(result.lines())))
-    return 1 if result.confirmed else 0
+    return 1 if result.confirmed or result.reproduced else 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -71,6 +71,8 @@ def _scan(args: argparse.Namespace) -> int:
     for label, regs in (("NEW", scan.new), ("AGAIN", scan.reopened), ("FIXED", scan.fixed)):
         for reg in regs:
             _say(f"  {label:<6}" + reg.line())
+    for line in scan.infrastructure_lines():
+        _say(line)
     return 0
 
 

@@ -51,6 +51,8 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"  where: {terminal_safe(text)}")
         for reg in scan.alerting:
             print("  " + terminal_safe(reg.line()))
+        for line in scan.infrastructure_lines():
+            print(terminal_safe(line))
     if end.confirmation is not None:
         print(terminal_safe("\n".join(end.confirmation.lines())))
     for shrunk in end.shrunk:

@@ -6,6 +6,10 @@ regression) with the detail of each output inside it: its bound usage before and
 e_rel beside it), what was allowed, and the property checks that failed, so a case that breaks
 three outputs is one row, not three. A case that newly fails is one new failure: the outputs
 whose error grew without failing join it (``passed`` true) rather than raise a second row.
+
+Only the kernel is blamed: a case the machine failed to judge (a timeout, a lost worker, a
+harness error: ``compare.infrastructure``) is no finding, and a case the baseline could not
+judge that fails here is a new failure (as a case the baseline lacks is).
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from convmatrix.compare.infrastructure import infrastructure_cause
 from convmatrix.compare.runs import RunComparison
 from convmatrix.core.records import CaseResult, OutputMetrics
 from convmatrix.core.verdict import brief
 
-__all__ = ["Finding", "findings"]
+__all__ = ["Finding", "findings", "new_failure"]
 
 Key = tuple[str, str]  # case id, kind
 
@@ -64,13 +69,28 @@ def _head_output(result: CaseResult | None, output: str) -> OutputMetrics | None
     return next((m for m in result.outputs if m.output == output), None)
 
 
-def _new_failure(result: CaseResult, base: CaseResult | None) -> Finding:
+def new_failure(result: CaseResult, base: CaseResult | None, note: str = "") -> Finding:
+    """``result`` (bad) against ``base`` as a new failure; ``note``: what to add to its line
+    (a confirmation rerun says how the failure was reproduced)."""
     was = base.outcome if base is not None else "not in the baseline"
     before = {m.output: m for m in base.outputs} if base is not None else {}
     outputs = [_output_entry(o, before.get(o.output)) for o in result.outputs if not o.passed]
     props = [{"name": p.name, "detail": p.detail} for p in result.properties if not p.passed]
-    detail = f"{was} -> {result.outcome}: {brief(result)}"
+    detail = f"{was} -> {result.outcome}: {note + '; ' if note else ''}{brief(result)}"
     return Finding(result.case.id, result.case.pytest_id, "new_failure", detail, outputs, props)
+
+
+def _newly_failing(
+    compared: RunComparison, head: Mapping[str, CaseResult], base: Mapping[str, CaseResult]
+) -> list[str]:
+    """The cases the kernel newly fails: the comparison's new failures the machine did not
+    cause, and still failing ones the baseline could not judge."""
+    ids = [c.case_id for c in compared.new_failures]
+    ids += [
+        c.case_id for c in compared.still_failing
+        if (b := base.get(c.case_id)) is not None and infrastructure_cause(b) is not None
+    ]  # fmt: skip
+    return [i for i in ids if infrastructure_cause(head[i]) is None]
 
 
 def findings(
@@ -81,9 +101,8 @@ def findings(
     """Every case the comparison flags, one finding per case and kind (``head`` and ``base``:
     the two runs' results by case id)."""
     found: dict[Key, Finding] = {}
-    for change in compared.new_failures:
-        result = head[change.case_id]
-        finding = _new_failure(result, base.get(change.case_id))
+    for case_id in _newly_failing(compared, head, base):
+        finding = new_failure(head[case_id], base.get(case_id))
         found[finding.key] = finding
     for e in compared.error_regressions:
         failure = found.get((e.case_id, "new_failure"))

@@ -1,8 +1,18 @@
-"""Confirmation before alerting: rerun the cases of a run's new regressions and judge them.
+"""Confirmation before alerting: rerun the cases of a run's new regressions, and those the
+machine failed to judge, and judge them (``service.confirm``).
 
 A rerun is a run of its own (kind ``confirm``, labelled ``confirm:<run>``, never scanned), on
 another device of the same kind when the machine has one, so a fault of one card is told
-apart from one of the kernel; ``service.confirm`` judges it and attaches it to the alert.
+apart from one of the kernel; ``service.confirm`` judges it and attaches it to the alert. When
+the run timed out on some case, the rerun's per-case limit is ``RERUN_LIMIT_FACTOR`` (4) times
+the one they ran out at (``service.confirm.rerun_limit``): a busy host's timeout passes there,
+a hang does not.
+
+Where the baseline's kernel commit is a checkout away (the kernel's git repository holds it,
+and it is not the run's), the new regressions' cases are rerun at it too (``confirm-base:<run>``,
+from a temporary worktree, or in process when the checkout stands there): a regression
+reproduces only when the head's rerun still shows it against the baseline's rerun, so a value
+that changes by itself from run to run (an out-of-bounds read) is not blamed on the commit.
 
 It reruns the kernel the run tested, or nothing (``pipeline.checkout.recorded_code``, the
 check ``shrink`` makes too): the kernel's checkout must stand at the commit the run recorded.
@@ -29,8 +39,11 @@ from convmatrix.db.queries import RunInfo
 from convmatrix.db.tables import runs
 from convmatrix.pipeline.checkout import recorded_code, worktree_env
 from convmatrix.pipeline.steps import RunState, execute, prepare, walk
+from convmatrix.runners.controller import load_kernel
 from convmatrix.runners.options import RunOptions
-from convmatrix.service.confirm import Confirmation, judge_rerun, pending
+from convmatrix.runners.provenance import kernel_identity
+from convmatrix.service.confirm import Confirmation, Pending, judge_rerun, pending, rerun_limit
+from convmatrix.service.scan import baseline_run
 
 __all__ = ["confirm", "confirm_run", "rerun_device"]
 
@@ -45,7 +58,12 @@ def rerun_device(device: str) -> str:
 
 
 def _rerun_options(
-    run: RunInfo, database: Database, workers: int | str, cases: list[str]
+    run: RunInfo,
+    database: Database,
+    workers: int | str,
+    cases: list[str],
+    limit_s: float | None = None,
+    label: str | None = None,
 ) -> RunOptions:
     sources = run.options.get("matrix_sources") or []
     return RunOptions(
@@ -54,9 +72,10 @@ def _rerun_options(
         device=rerun_device(run.device_kind),
         workers=workers,
         db=database.url,
-        label=f"confirm:{run.id}",
+        label=label or f"confirm:{run.id}",
         kind="confirm",
         cases=cases,
+        case_timeout=limit_s,
         scan=False,
     )
 
@@ -70,6 +89,8 @@ def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> i
             "--kernel", str(options.kernel), "--device", options.device,
             "-n", str(options.workers), "--db", absolute_url(database.url),
             "--label", str(options.label), "--kind", "confirm"]  # fmt: skip
+    if options.case_timeout is not None:
+        argv += ["--case-timeout", f"{options.case_timeout:g}"]
     for case in options.cases:
         argv += ["--case", case]
     done = subprocess.run(argv, cwd=root, env=worktree_env(root), capture_output=True, text=True)
@@ -88,32 +109,65 @@ def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> i
     return rerun
 
 
+def _rerun_at(run: RunInfo, options: RunOptions, database: Database, *, checkout: bool) -> int:
+    """The rerun of ``options`` at the kernel commit ``run`` recorded
+    (``pipeline.checkout.recorded_code``: here, or from a temporary worktree with
+    ``checkout``, else refused naming both commits before anything runs)."""
+    with recorded_code(run, str(options.kernel), "confirm", checkout=checkout) as root:
+        if root is not None:
+            return _rerun_in_worktree(options.checked(), root, database)
+        end = walk(options, database, (("prepare", prepare), ("execute", execute)))
+        assert end.account.run_id is not None, "a rerun into a database is recorded"
+        return end.account.run_id
+
+
+def _base_rerun(
+    todo: Pending, database: Database, workers: int | str
+) -> tuple[int | None, str | None]:
+    """(the rerun of the new regressions' cases at the baseline's commit, or None and why
+    not): made where that commit is a checkout away (the kernel's code is in git)."""
+    with database.reading() as session:
+        base = baseline_run(session, todo.run)
+    if not todo.regressions or base is None or base.kernel_commit == todo.run.kernel_commit:
+        return None, None  # nothing to rerun, or the same code: the head's rerun says it all
+    cases = sorted({r.case_id for r in todo.regressions})
+    options = _rerun_options(base, database, workers, cases, label=f"confirm-base:{todo.run.id}")
+    if not base.kernel_commit or not kernel_identity(load_kernel(str(options.kernel))).commit:
+        return None, "no baseline rerun: the kernel's code is not in git"
+    try:
+        return _rerun_at(base, options, database, checkout=True), None
+    except UsageError as exc:
+        return None, f"no baseline rerun at {base.kernel_commit[:12]}: {exc}"
+
+
 def confirm_run(
     database: Database, spec: str | int, workers: int | str = 0, *, checkout: bool = False
 ) -> Confirmation:
-    """Rerun the cases of run ``spec``'s detected regressions at the kernel commit the run
-    tested and mark each one confirmed (it reproduces) or flaky (it does not)."""
+    """Rerun the cases of run ``spec``'s detected regressions, and those the machine failed
+    to judge (with a longer limit), at the kernel commit the run tested (and the first at
+    its baseline's, where that is a checkout away), and judge them: each regression
+    confirmed or flaky, the reproduced ones filed as regressions."""
     with database.writing() as session:
-        run, regressions = pending(session, spec)
-    if not regressions:
+        todo = pending(session, spec)
+    run = todo.run
+    if not todo.case_ids:
         return Confirmation(run.id, None, [], [])
-    options = _rerun_options(run, database, workers, sorted({r.case_id for r in regressions}))
-    with recorded_code(run, str(options.kernel), "confirm", checkout=checkout) as root:
-        if root is not None:
-            rerun_id = _rerun_in_worktree(options.checked(), root, database)
-        else:
-            end = walk(options, database, (("prepare", prepare), ("execute", execute)))
-            assert end.account.run_id is not None, "a rerun into a database is recorded"
-            rerun_id = end.account.run_id
+    options = _rerun_options(run, database, workers, todo.case_ids, rerun_limit(todo))
+    rerun_id = _rerun_at(run, options, database, checkout=checkout)
+    base_id, note = _base_rerun(todo, database, workers)
     with database.writing() as session:
-        confirmed, flaky = judge_rerun(session, regressions, rerun_id)
-    return Confirmation(run.id, rerun_id, confirmed, flaky)
+        done = judge_rerun(session, pending(session, run.id), rerun_id, base_id)
+    done.notes += [note] if note else []
+    return done
 
 
 def confirm(state: RunState) -> None:
-    """The run's ``confirm`` step (``--confirm``): its new regressions rerun and judged."""
+    """The run's ``confirm`` step (``--confirm``): its new regressions, and the cases the
+    machine failed to judge, rerun and judged."""
     end = state.end
-    if not state.options.confirm or end is None or end.scan is None or not end.scan.alerting:
+    if not state.options.confirm or end is None or end.scan is None:
+        return
+    if not end.scan.alerting and not end.scan.infrastructure:
         return
     assert state.database is not None and state.run_id is not None
     end.confirmation = confirm_run(state.database, state.run_id, state.options.workers)

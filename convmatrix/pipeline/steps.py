@@ -57,11 +57,12 @@ class RunEnd:
     @property
     def new_regressions(self) -> list[Regression]:
         """The regressions this run raised (new and reopened), less those a rerun found
-        flaky."""
+        flaky, plus the cases the machine had not judged that its rerun reproduced."""
         if self.scan is None:
             return []
         flaky = {r.id for r in self.confirmation.flaky} if self.confirmation else set()
-        return [r for r in self.scan.alerting if r.id not in flaky]
+        reproduced = self.confirmation.reproduced if self.confirmation else []
+        return [r for r in self.scan.alerting if r.id not in flaky] + reproduced
 
     @property
     def exit_code(self) -> int:

@@ -5,8 +5,12 @@ An alert's page holds what a person needs to decide about it: its cases (one reg
 with every failing output's bound usage before and after and what was allowed, and the failed
 property checks), the dimension values that explain them, each case over the runs around the
 alert (every point links to its run), the command that reruns the cases at the commit to check
-out, what confirmation and bisection found, and each regression's events. Plain dataclasses
-read from the database; ``service.app`` renders them and serves them as JSON.
+out, what confirmation and bisection found, and each regression's events; apart from them,
+the cases of the alert's run the machine failed to judge (timeouts, lost workers, harness
+errors: no regression unless a rerun reproduces them) with their rerun's outcome. A
+regression's page lists the case's other regressions (earlier and later causes, each in its
+own alert: its lineage). Plain dataclasses read from the database; ``service.app`` renders
+them and serves them as JSON.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from convmatrix.compare.infrastructure import Infrastructure, infrastructure
 from convmatrix.core.errors import UsageError
 from convmatrix.db.engine import redact_url
 from convmatrix.db.models import AlertRow, CaseRow, MetricRow, RegressionEventRow, Run
 from convmatrix.db.queries import resolve_run
+from convmatrix.db.records import result_from_rows
+from convmatrix.db.tables import cases as case_table
 from convmatrix.reports.run_view import rerun_command
 from convmatrix.reports.viewmodel import run_header
 from convmatrix.service.alerts import Alert, get_alert, list_alerts
@@ -40,6 +47,7 @@ __all__ = [
     "AlertsView",
     "HistoryPoint",
     "HistoryRun",
+    "NotJudged",
     "RegressionDetail",
     "RegressionView",
     "TriageResult",
@@ -102,6 +110,15 @@ class Rerun:
 
 
 @dataclass
+class NotJudged:
+    """A case of the alert's run the machine failed to judge, and what its confirmation
+    rerun made of it (None: not rerun)."""
+
+    case: Infrastructure
+    rerun_outcome: str | None = None
+
+
+@dataclass
 class AlertsView:
     kind: str
     database: str
@@ -123,6 +140,7 @@ class AlertView:
     rerun: Rerun | None  # every case of the alert (None: its run is gone)
     allowed: list[str]  # the states at least one of its regressions may move to
     needs_reason: list[str]  # states that need a note
+    not_judged: list[NotJudged] = field(default_factory=list)  # infrastructure, listed apart
 
 
 @dataclass
@@ -134,6 +152,7 @@ class RegressionView:
     runs: list[HistoryRun]
     rerun: Rerun | None
     needs_reason: list[str]
+    lineage: list[Regression] = field(default_factory=list)  # the case's other regressions
 
 
 @dataclass
@@ -289,6 +308,28 @@ def _id(text: str | int, what: str) -> int:
     return int(value)
 
 
+_NOT_JUDGED = ("timeout", "lost", "crashed", "error")  # outcomes that may be the machine's
+
+
+def _not_judged(session: Session, alert: Alert) -> list[NotJudged]:
+    """The alert's run's cases the machine failed to judge, with their rerun's outcome."""
+    if alert.run_id is None:
+        return []
+    rows = session.execute(
+        select(case_table).where(case_table.c.run_id == alert.run_id,
+                                 case_table.c.outcome.in_(_NOT_JUDGED))
+    ).all()  # fmt: skip
+    found = infrastructure(result_from_rows(row, [], [], []) for row in rows)
+    rerun: dict[str, str] = {}
+    if alert.confirm_run is not None and found:
+        for batch in chunks(c.case_id for c in found):
+            rerun.update(session.execute(
+                select(CaseRow.case_id, CaseRow.outcome)
+                .where(CaseRow.run_id == alert.confirm_run, CaseRow.case_id.in_(batch))
+            ).tuples())  # fmt: skip
+    return [NotJudged(c, rerun.get(c.case_id)) for c in found]
+
+
 def alert_page(session: Session, url: str, alert_id: str | int) -> AlertView:
     alert = get_alert(session, _id(alert_id, "alert"))
     roles = {alert.run_id: "alert"} if alert.run_id is not None else {}
@@ -301,7 +342,7 @@ def alert_page(session: Session, url: str, alert_id: str | int) -> AlertView:
         kind="alert", database=redact_url(url),
         alert=dataclasses.replace(alert, regressions=details), runs=runs,
         rerun=_rerun(session, url, alert.run_id, [r.case_id for r in details]),
-        allowed=allowed, needs_reason=list(NEEDS_REASON),
+        allowed=allowed, needs_reason=list(NEEDS_REASON), not_judged=_not_judged(session, alert),
     )  # fmt: skip
 
 
@@ -317,10 +358,15 @@ def regression_page(session: Session, url: str, regression_id: str | int) -> Reg
         roles[reg.last_good_run] = "baseline"
     runs = _lineage_window(session, reg.kernel, reg.matrix, reg.device, reg.first_bad_run, roles)
     detail = _details(session, [reg], runs)[0]
+    lineage = [
+        r for r in list_regressions(session, kernel=reg.kernel, case_id=reg.case_id)
+        if (r.matrix, r.device, r.case_id) == (reg.matrix, reg.device, reg.case_id)
+        and r.id != reg.id
+    ]  # fmt: skip
     return RegressionView(
         kind="regression", database=redact_url(url), regression=detail, alert=alert, runs=runs,
         rerun=_rerun(session, url, reg.first_bad_run, [reg.case_id]),
-        needs_reason=list(NEEDS_REASON),
+        needs_reason=list(NEEDS_REASON), lineage=sorted(lineage, key=lambda r: r.id),
     )  # fmt: skip
 
 

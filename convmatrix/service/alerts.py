@@ -2,14 +2,20 @@
 
 An alert is one kernel, matrix and device between two runs (its baseline and the run that
 found it), holding one regression per case (``service.regressions``), the dimension values
-that explain them (``reports.explain``, computed by the scan), and what was done to find the
+and facts of the call that explain them (``reports.explain``), and what was done to find the
 cause: the confirmation rerun and the first bad commit a bisection found. Its state is its
-regressions' (an alert is open while any of them is).
+regressions' (an alert is open while any of them is). A regression never leaves its alert:
+a case that fails again after a fix is a new regression in a new alert.
+
+The explanation is computed from every case of the alert (less those a rerun found flaky or
+a person called invalid) against the run's passing cases, whenever its cases change (the
+scan inserts them, a confirmation files the cases it reproduced, marks some flaky).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +23,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
-from convmatrix.db.models import AlertRow, Run
+from convmatrix.core.records import CaseResult
+from convmatrix.db.models import AlertRow, RegressionRow, Run
+from convmatrix.reports.explain import explain
 from convmatrix.service.regressions import OPEN_STATES, Regression, list_regressions
 
-__all__ = ["Alert", "get_alert", "list_alerts", "record_bisection", "record_confirmation"]
+__all__ = [
+    "Alert",
+    "get_alert",
+    "list_alerts",
+    "record_bisection",
+    "record_confirmation",
+    "refresh_explanation",
+]
+
+NOT_THE_CAUSE = ("flaky", "invalid")  # regressions an explanation leaves out
 
 
 @dataclass
@@ -103,7 +120,8 @@ def list_alerts(
     by_alert: dict[int, list[Regression]] = {}
     for reg in regressions:
         by_alert.setdefault(reg.alert_id or 0, []).append(reg)
-    # An alert whose regressions all moved on (reopened under a later alert) has nothing left.
+    # Regressions never leave their alert; one with none (rows of older releases, moved to a
+    # later alert when they reopened) is not shown.
     alerts = [_plain(session, row, by_alert[row.id]) for row in rows if row.id in by_alert]
     if states:
         alerts = [a for a in alerts if any(r.state in states for r in a.regressions)]
@@ -133,3 +151,21 @@ def record_bisection(session: Session, alert_id: int, commit: str, run_id: int |
     """The first bad commit a bisection found for this alert (and its step's run)."""
     row = _row(session, alert_id)
     row.bisect_commit, row.bisect_run = commit, run_id
+
+
+def refresh_explanation(
+    session: Session,
+    alert: AlertRow,
+    results: Sequence[CaseResult],
+    geometry: Mapping[str, Any] | None,
+) -> None:
+    """Explain ``alert`` again from all its cases (``results``: its run's) against the run's
+    passing cases; stored on the row."""
+    failing = set(session.scalars(
+        select(RegressionRow.case_id).where(
+            RegressionRow.alert_id == alert.id, RegressionRow.state.not_in(NOT_THE_CAUSE))
+    ))  # fmt: skip
+    population = [r.case for r in results if r.case.id in failing or r.outcome == "passed"]
+    found = explain(population, failing, geometry)
+    alert.explanation = [vars(e) | {"text": e.text()} for e in found]
+    session.flush()

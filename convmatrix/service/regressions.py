@@ -1,15 +1,18 @@
 """Regressions as rows with a lifecycle that cannot lie: states, who changed them, and why.
 
-A regression is one case of one kernel, matrix and device that went bad in one way (a new
-failure, an error regression, a timing regression), inside the alert of the run that found
-it (``service.scan``, ``service.alerts``). Its state moves only along ``TRANSITIONS``, and
-every change (a state, an assignee, a bug link, a note) is an event saying who and when:
+A regression is one cause: one case of one kernel, matrix and device that went bad in one way
+(a new failure, an error regression, a timing regression) in one run, inside the alert of that
+run (``service.scan``, ``service.alerts``), which it never leaves. Its state moves only along
+``TRANSITIONS``, and every change (a state, an assignee, a bug link, a note) is an event saying
+who and when:
 
 - a scan inserts ``detected``; a confirmation rerun sets ``confirmed`` or ``flaky``;
 - people ``acknowledge`` it, ``ignore`` it (with a reason), call it ``invalid``, assign it,
   link a bug, note something, or reopen it (``detected``);
-- a later run that passes the case closes it (``fixed``, by ``scan``), and a later run that
-  fails it again reopens it (``detected``, by ``scan``), whoever had closed it.
+- a later run that passes the case closes it (``fixed``, by ``scan``, its ``fixed_run``
+  recorded); a case failing again after that is a new regression, not this one. One a person
+  set ``fixed`` while no run had passed the case is reopened (``detected``, by ``scan``) by a
+  run that still fails it: the same cause, still there.
 """
 
 from __future__ import annotations

@@ -3,23 +3,30 @@
 A plain run is compared with its baseline, the newest earlier plain run of the same kernel,
 matrix and device kind (confirm, bisect and adequacy runs are never one), by
 ``compare.runs.compare_runs``; each case it flags becomes one finding per kind
-(``compare.findings``). Against the regressions the lineage already has, keyed by case and
-kind:
+(``compare.findings``). A case the machine failed to judge (a timeout, a lost worker, a
+harness error: ``compare.infrastructure``) is no finding: it is listed apart
+(``ScanResult.infrastructure``) for ``confirm`` to rerun with a longer limit.
 
-- a finding with no regression is inserted ``detected``, into this run's alert;
-- a finding whose regression is open (not fixed) is kept as it is: a nightly that keeps failing
-  the same case reports it once;
-- a finding whose regression was fixed (by a passing run, or by hand) reopens it: ``detected``
-  again, moved to this run's alert, with an event saying so;
+A regression is one cause: (case, kind, the run it first failed in). Against the newest
+regression of each (case, kind) of the lineage:
+
+- a finding with none, or whose regression a run has fixed (``fixed_run``), is a new
+  regression, ``detected``, in this run's alert; the fixed one stays as it is, in its alert;
+- a finding whose regression is open is kept as it is: a nightly failing the same case
+  reports it once;
+- a finding whose regression a person set fixed while no run has passed the case since is the
+  same cause still there: that regression is reopened (``detected`` again, in its own alert,
+  with an event saying so);
 - an open regression this run does not flag is closed (``fixed``, by ``scan``) when the run
   holds its case, the case passed, and comparing the regression's last good run with this run
-  no longer flags it.
+  no longer flags it; a regression set fixed by hand gets its ``fixed_run`` the same way.
 
-The alert (one per run that found something) holds the new and reopened regressions and the
-dimension values that explain them (``reports.explain``). Only a run newer than every other
-plain run of its lineage changes regressions: an older run (an import filling history) takes
-its place in history and baselines but opens, reopens and closes nothing. Idempotent: a run
-scanned twice inserts nothing the second time. The caller commits.
+The alert (one per run that found something) holds the new regressions and the dimension
+values and facts that explain them (``service.alerts.refresh_explanation``). Only a run newer
+than every other plain run of its lineage changes regressions: an older run (an import filling
+history) takes its place in history and baselines but opens, reopens and closes nothing.
+Idempotent: a run scanned twice inserts nothing the second time. A pure function of the
+database and its options: the caller commits.
 """
 
 from __future__ import annotations
@@ -32,16 +39,30 @@ from sqlalchemy.orm import Session
 
 from convmatrix.compare.errors import Declared
 from convmatrix.compare.findings import Finding, findings
+from convmatrix.compare.infrastructure import (
+    Infrastructure,
+    infrastructure,
+    infrastructure_cause,
+    infrastructure_lines,
+)
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.db.models import AlertRow, RegressionRow, Run
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
 from convmatrix.db.tables import utcnow
-from convmatrix.reports.explain import explain
 from convmatrix.reports.source import earlier_runs
+from convmatrix.service.alerts import refresh_explanation
 from convmatrix.service.regressions import Regression, plain, record_event
 
-__all__ = ["ScanResult", "baseline_run", "compare_against", "flagged_keys", "scan_run"]
+__all__ = [
+    "ScanResult",
+    "baseline_run",
+    "by_id",
+    "compare_against",
+    "file_findings",
+    "flagged_keys",
+    "scan_run",
+]
 
 
 @dataclass
@@ -52,17 +73,23 @@ class ScanResult:
     baseline_id: int | None
     alert_id: int | None = None
     new: list[Regression] = field(default_factory=list)  # inserted by this scan
-    reopened: list[Regression] = field(default_factory=list)  # fixed before, failing again
+    reopened: list[Regression] = field(default_factory=list)  # set fixed by hand, still failing
     kept: list[Regression] = field(default_factory=list)  # known, and still there in this run
     fixed: list[Regression] = field(default_factory=list)  # closed by this run
     skipped: str | None = None  # why nothing was scanned (a side run, an older run)
     explanation: list[str] = field(default_factory=list)  # why the alert's cases fail
     compared: RunComparison | None = None  # the run against its baseline
+    # cases the machine failed to judge (timeouts, lost workers, harness errors): no regression
+    infrastructure: list[Infrastructure] = field(default_factory=list)
 
     @property
     def alerting(self) -> list[Regression]:
         """The regressions this run raised: new and reopened (what ``--fail-on`` counts)."""
         return self.new + self.reopened
+
+    def infrastructure_lines(self) -> list[str]:
+        """The cases not judged, apart from the regressions (for a terminal)."""
+        return infrastructure_lines(self.infrastructure)
 
 
 def baseline_run(session: Session, run: RunInfo) -> RunInfo | None:
@@ -120,31 +147,38 @@ def flagged_keys(compared: RunComparison) -> set[tuple[str, str]]:
 
 
 def _lineage_rows(session: Session, run: RunInfo) -> dict[tuple[str, str], RegressionRow]:
-    """The newest regression of each (case, kind) of the run's kernel, matrix and device."""
+    """The newest regression of each (case, kind) of the run's kernel, matrix and device: the
+    one whose first bad run started last (not the highest id: an import inserts rows in
+    whatever order its file has them)."""
     rows = session.scalars(
         select(RegressionRow)
+        .outerjoin(Run, Run.id == RegressionRow.first_bad_run)
         .where(
             RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
             RegressionRow.device == run.device_kind,
         )
-        .order_by(RegressionRow.id)
+        .order_by(Run.started_at.is_not(None), Run.started_at, Run.id, RegressionRow.id)
     )  # fmt: skip
     return {(row.case_id, row.kind): row for row in rows}
 
 
-def _fill(row: RegressionRow, found: Finding, run: RunInfo, base: RunInfo | None) -> None:
-    row.detail, row.outputs, row.properties = found.detail, found.outputs, found.properties
-    row.first_bad_run, row.first_bad_commit = run.id, run.kernel_commit
-    row.last_good_run = base.id if base else None
-    row.last_good_commit = base.kernel_commit if base else None
+Good = tuple[int | None, str | None]  # a regression's last good run and its commit
+
+
+def _good_of(base: RunInfo | None) -> Good:
+    return (base.id, base.kernel_commit) if base is not None else (None, None)
 
 
 class _Scan:
-    """One scan's working state (``scan_run`` is the entry)."""
+    """One scan's working state (``scan_run`` is the entry): the run, its baseline, the
+    run's alert (found, or made when the first regression is inserted)."""
 
     def __init__(self, session: Session, run: RunInfo, base: RunInfo | None) -> None:
         self.session, self.run, self.base = session, run, base
-        self.alert: AlertRow | None = None
+        self.alert: AlertRow | None = session.scalar(
+            select(AlertRow).where(AlertRow.run_id == run.id).order_by(AlertRow.id).limit(1)
+        )
+        self.touched = False  # whether this scan changed the alert's regressions
 
     def alert_id(self) -> int:
         if self.alert is None:
@@ -157,34 +191,45 @@ class _Scan:
             self.session.flush()
         return self.alert.id
 
-    def insert(self, found: Finding) -> Regression:
+    def insert(
+        self, found: Finding, good: Good | None = None, note: str | None = None
+    ) -> Regression:
+        """A new regression of ``found`` in the run's alert; ``good``: its last good run when
+        it is not the baseline (a cause shown against an older run)."""
         now = utcnow()
         row = RegressionRow(
             alert_id=self.alert_id(), kernel=self.run.kernel, matrix=self.run.matrix,
             device=self.run.device_kind, case_id=found.case_id, case_name=found.name,
             output="", kind=found.kind, state="detected", created_at=now, updated_at=now,
-            changed_by="scan",
+            changed_by="scan", detail=found.detail, outputs=found.outputs,
+            properties=found.properties, first_bad_run=self.run.id,
+            first_bad_commit=self.run.kernel_commit,
         )  # fmt: skip
-        _fill(row, found, self.run, self.base)
+        row.last_good_run, row.last_good_commit = good or _good_of(self.base)
         self.session.add(row)
         self.session.flush()
-        record_event(self.session, row, "detected", "scan", self.run.id, found.detail, new=True)
+        note = found.detail if note is None else f"{note}: {found.detail}"
+        record_event(self.session, row, "detected", "scan", self.run.id, note, new=True)
+        self.touched = True
         return plain(row)
 
-    def reopen(self, row: RegressionRow, found: Finding, *, keep_pair: bool = False) -> Regression:
-        """Reopen a closed regression this run shows again (``keep_pair``: against its own last
-        good run, which stays its baseline)."""
-        was = row.fixed_run
-        note = f"failed again in run {self.run.id}" + (f" (fixed in run {was})" if was else "")
+    def reopen(self, row: RegressionRow) -> Regression:
+        """A regression set fixed by hand whose case no run has passed since, failing here:
+        the same cause, still there. It stays in its alert with its first bad run, detail and
+        links; an event says where it failed again."""
+        by = row.changed_by or "a person"
+        note = f"still failing in run {self.run.id} (set fixed by {by}; no run passed it since)"
         record_event(self.session, row, "detected", "scan", self.run.id, note)
-        good = None if row.last_good_run is None else (row.last_good_run, row.last_good_commit)
-        _fill(row, found, self.run, self.base)
-        if keep_pair and good is not None:
-            row.last_good_run, row.last_good_commit = good
-        row.alert_id, row.state, row.fixed_run = self.alert_id(), "detected", None
-        row.changed_by, row.updated_at = "scan", utcnow()
+        row.state, row.fixed_run, row.changed_by = "detected", None, "scan"
+        row.updated_at = utcnow()
         self.session.flush()
         return plain(row)
+
+
+def _fixed_by_a_run(row: RegressionRow) -> bool:
+    """A fixed regression whose case a later run passed: its cause is gone, and a new failure
+    of the case is a new regression."""
+    return row.state == "fixed" and row.fixed_run is not None
 
 
 def _close_fixed(
@@ -194,8 +239,10 @@ def _close_fixed(
     rows: list[RegressionRow],
     options: DiffOptions,
 ) -> tuple[list[Regression], list[Regression]]:
-    """(fixed, still there) among open ``rows`` whose case ``run`` holds: fixed when the case
-    passed and comparing the regression's last good run with ``run`` no longer flags it."""
+    """(fixed, still there) among ``rows`` (open ones, and ones set fixed by hand that no run
+    has passed yet) whose case ``run`` holds: fixed when the case passed and comparing the
+    regression's last good run with ``run`` no longer flags it. A row set fixed by hand only
+    gets its ``fixed_run`` (and an event), and is in neither list."""
     outcome = {r.case.id: r.outcome for r in results}
     by_good: dict[int | None, list[RegressionRow]] = {}
     for row in rows:
@@ -204,60 +251,79 @@ def _close_fixed(
     fixed: list[Regression] = []
     still: list[Regression] = []
     for good_id, group in by_good.items():
-        if all(outcome[row.case_id] != "passed" for row in group):
-            still += [plain(row) for row in group]
-            continue
-        good = resolve_run(session, good_id) if good_id is not None else None
-        flagged = flagged_keys(compare_against(session, good, run, results, options))
+        flagged: set[tuple[str, str]] = set()
+        if any(outcome[row.case_id] == "passed" for row in group):
+            good = resolve_run(session, good_id) if good_id is not None else None
+            flagged = flagged_keys(compare_against(session, good, run, results, options))
         for row in group:
             if outcome[row.case_id] != "passed" or (row.case_id, row.kind) in flagged:
-                still.append(plain(row))
+                if row.state != "fixed":
+                    still.append(plain(row))
                 continue
             record_event(session, row, "fixed", "scan", run.id, f"passed in run {run.id}")
-            row.state, row.fixed_run, row.changed_by = "fixed", run.id, "scan"
-            row.updated_at = utcnow()
-            fixed.append(plain(row))
+            row.fixed_run, row.updated_at = run.id, utcnow()
+            if row.state != "fixed":  # (one set fixed by hand keeps who did it)
+                row.state, row.changed_by = "fixed", "scan"
+                fixed.append(plain(row))
     session.flush()
     return fixed, still
 
 
-def _reopen_still_bad(
+def _still_bad(
     session: Session,
     run: RunInfo,
     results: list[CaseResult],
     rows: list[RegressionRow],
     options: DiffOptions,
     work: _Scan,
-) -> list[Regression]:
-    """Closed regressions this run still shows against their own last good run, though its
-    baseline (bad too) does not: one set fixed by hand while the case kept failing. Only rows
-    closed by a person, or whose case failed here, are compared (a row the scan closed was
-    compared then; its next change shows against the baseline)."""
-    outcome = {r.case.id: r.outcome for r in results}
-    candidates = [
-        row for row in rows if row.case_id in outcome
-        and (row.changed_by != "scan" or outcome[row.case_id] in BAD_OUTCOMES)
-    ]  # fmt: skip
+) -> tuple[list[Regression], list[Regression]]:
+    """(reopened, new): fixed regressions this run does not flag against its baseline (bad
+    too) compared with their own last good run: those set fixed by hand (no run passed them
+    since), and those a run fixed whose case fails here. One set fixed by hand that still
+    shows is reopened; one a run had fixed that shows again is a new regression, against the
+    same last good run. Cases the machine failed to judge here are left alone."""
+    outcome = {r.case.id: r for r in results}
     by_good: dict[int | None, list[RegressionRow]] = {}
-    for row in candidates:
-        by_good.setdefault(row.last_good_run, []).append(row)
-    reopened = []
+    for row in rows:
+        result = outcome.get(row.case_id)
+        if result is None or infrastructure_cause(result) is not None:
+            continue
+        if not _fixed_by_a_run(row) or result.outcome in BAD_OUTCOMES:
+            by_good.setdefault(row.last_good_run, []).append(row)
+    reopened, new = [], []
     for good_id, group in by_good.items():
         good = resolve_run(session, good_id) if good_id is not None else None
+        good_results = load_results(session, good_id) if good_id is not None else []
         compared = compare_against(session, good, run, results, options)
-        again = findings(compared, _by_id(results), _by_id(
-            load_results(session, good_id) if good_id is not None else []))  # fmt: skip
+        again = findings(compared, by_id(results), by_id(good_results))
         for row in group:
             found = again.get((row.case_id, row.kind))
-            if found is not None:
-                reopened.append(work.reopen(row, found, keep_pair=True))
-    return reopened
+            if found is None:
+                continue
+            if _fixed_by_a_run(row):
+                note = f"failing again after run {row.fixed_run} fixed regression {row.id}"
+                new.append(work.insert(found, (row.last_good_run, row.last_good_commit), note))
+            else:
+                reopened.append(work.reopen(row))
+    return reopened, new
 
 
-def _explanation(results: list[CaseResult], failing: set[str], run: RunInfo) -> list[dict]:
-    """Why this alert's cases fail, against the run's passing cases (others set aside)."""
-    population = [r.case for r in results if r.case.id in failing or r.outcome == "passed"]
-    return [vars(e) | {"text": e.text()} for e in explain(population, failing, run.geometry)]
+def _file(
+    scan: ScanResult,
+    work: _Scan,
+    found: Mapping[tuple[str, str], Finding],
+    known: Mapping[tuple[str, str], RegressionRow],
+) -> None:
+    """Each finding against the newest regression of its case and kind: new, reopened or
+    kept (see the module's text)."""
+    for key, finding in sorted(found.items()):
+        row = known.get(key)
+        if row is None or _fixed_by_a_run(row):
+            scan.new.append(work.insert(finding))
+        elif row.state == "fixed":
+            scan.reopened.append(work.reopen(row))
+        else:
+            scan.kept.append(plain(row))
 
 
 def scan_run(
@@ -282,34 +348,50 @@ def scan_run(
         options,
         declared=declared_pair(base, run),  # type: ignore[arg-type]
     )
-    found = findings(compared, _by_id(results), _by_id(base_results))
+    found = findings(compared, by_id(results), by_id(base_results))
     scan = ScanResult(run.id, base.id if base else None, compared=compared)
+    scan.infrastructure = infrastructure(results)
     known = _lineage_rows(session, run)
     work = _Scan(session, run, base)
-    for key, finding in sorted(found.items()):
-        row = known.get(key)
-        if row is None:
-            scan.new.append(work.insert(finding))
-        elif row.state == "fixed":
-            scan.reopened.append(work.reopen(row, finding))
-        else:
-            scan.kept.append(plain(row))
+    _file(scan, work, found, known)
     unflagged = [
-        row for key, row in known.items() if row.state != "fixed" and key not in found
-        and row.first_bad_run != run.id
+        row for key, row in known.items() if key not in found and row.first_bad_run != run.id
+        and (row.state != "fixed" or row.fixed_run is None)
     ]  # fmt: skip
     scan.fixed, still = _close_fixed(session, run, results, unflagged, options)
     scan.kept += still
     closed = [row for key, row in known.items() if row.state == "fixed" and key not in found]
-    scan.reopened += _reopen_still_bad(session, run, results, closed, options, work)
+    reopened, new = _still_bad(session, run, results, closed, options, work)
+    scan.reopened += reopened
+    scan.new += new
     if work.alert is not None:
-        failing = {r.case_id for r in scan.alerting}
-        work.alert.explanation = _explanation(results, failing, run)
         scan.alert_id = work.alert.id
-        scan.explanation = [e["text"] for e in work.alert.explanation]
-        session.flush()
+        if work.touched:
+            refresh_explanation(session, work.alert, results, run.geometry)
+        scan.explanation = [e["text"] for e in work.alert.explanation or []]
     return scan
 
 
-def _by_id(results: list[CaseResult]) -> Mapping[str, CaseResult]:
+def file_findings(
+    session: Session, run: RunInfo, found: list[Finding], note: str
+) -> list[Regression]:
+    """Regressions of ``found`` (what a confirmation rerun showed of cases the machine had
+    failed to judge in ``run``) inserted into ``run``'s alert against its baseline, unless
+    the case already has an open one; the alert's explanation is computed again."""
+    base = baseline_run(session, run)
+    known = _lineage_rows(session, run)
+    work = _Scan(session, run, base)
+    filed = []
+    for finding in found:
+        row = known.get(finding.key)
+        if row is None or _fixed_by_a_run(row):
+            filed.append(work.insert(finding, note=note))
+    if work.alert is not None and work.touched:
+        results = load_results(session, run.id)
+        refresh_explanation(session, work.alert, results, run.geometry)
+    return filed
+
+
+def by_id(results: list[CaseResult]) -> Mapping[str, CaseResult]:
+    """Results by case id."""
     return {r.case.id: r for r in results}
