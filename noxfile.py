@@ -58,7 +58,7 @@ EXTRA_ENV = "CONVMATRIX_EXTRA"
 def run_arguments(session: nox.Session) -> list[str]:
     """Install the project, and the team's own kernel package where one is named, into the
     session; the arguments for ``convmatrix run`` (posargs after ``--``, ``--kernel tiled``
-    unless one is given).
+    unless one is given, ``--confirm`` unless ``--no-confirm`` is).
 
     A kernel of the team's own (``--kernel pkg.module:Kernel`` or an entry point) lives in a
     package this session's fresh virtualenv does not have: name it with ``--install SPEC``
@@ -75,6 +75,12 @@ def run_arguments(session: nox.Session) -> list[str]:
         session.install(TORCH, *extras)
     if _option_value(args, "--kernel") is None:
         args = ["--kernel", "tiled", *args]  # the kernel this project ports; override after --
+    # Reproduce before blame: new regressions and the cases the machine failed to judge are
+    # rerun (docs/regressions.md); ``-- --no-confirm`` leaves them as the run found them.
+    if "--no-confirm" in args:
+        args.remove("--no-confirm")
+    elif "--confirm" not in args:
+        args.append("--confirm")
     return args
 
 
@@ -101,12 +107,6 @@ def _run_matrix(session: nox.Session, matrix: str) -> str | None:
     its report and the diff against the previous run of the same kernel (reports/diff.html
     for nightly, reports/diff-<matrix>.html for the others); why it failed, or None."""
     args = run_arguments(session)
-    # Reproduce before blame: new regressions and the cases the machine failed to judge are
-    # rerun (docs/regressions.md); ``-- --no-confirm`` leaves them as the run found them.
-    if "--no-confirm" in args:
-        args.remove("--no-confirm")
-    elif "--confirm" not in args:
-        args.append("--confirm")
     db = _option_value(args, "--db")
     try:
         session.run("convmatrix", "run", "--matrix", matrix, "--report", "reports", *args)
@@ -163,12 +163,6 @@ def perf(session: nox.Session) -> None:
     5 before them (``--timing-history``). Arguments after ``--`` go to ``convmatrix run``.
     """
     args = run_arguments(session)
-    # Reproduce before blame: new regressions and the cases the machine failed to judge are
-    # rerun (docs/regressions.md); ``-- --no-confirm`` leaves them as the run found them.
-    if "--no-confirm" in args:
-        args.remove("--no-confirm")
-    elif "--confirm" not in args:
-        args.append("--confirm")
     db = _option_value(args, "--db")
     session.run("convmatrix", "run", "--matrix", "perf", "--report", "reports", *args)
     diff = ["convmatrix", "diff", "--previous", "latest", "--out", "reports/perf-diff.html"]
