@@ -156,3 +156,33 @@ def test_the_served_pages_of_the_old_database(upgraded):
         for path in ("/", "/runs/1", "/runs/3", "/diff/1/2", "/history/float32",
                      f"/cases/{REGRESSIONS[min(OPEN)]['case_id']}"):  # fmt: skip
             assert client.get(path).status_code == 200, path
+
+
+def test_a_run_passing_the_old_cases_closes_every_old_regression_of_them(upgraded):
+    """The release kept one regression per output, so a (case, kind) can hold several open
+    rows; a later run that passes the case closes all of them, not only the newest (before,
+    18 of the 38 stayed open for good)."""
+    from reports_support import write_run
+    from sqlalchemy import select
+
+    from convmatrix.db.database import Database
+    from convmatrix.db.models import RegressionRow
+    from convmatrix.db.queries import load_results
+    from convmatrix.service.scan import scan_run
+
+    with Database(upgraded, existing=True) as database:
+        with database.reading() as conn:
+            first = load_results(conn, 1)  # the release's first run: what passed before
+        run = write_run(database.engine, first, commit="4" * 40)
+        with database.writing() as session:
+            scan_run(session, run)
+        with database.reading() as conn:
+            outcome = {r.case.id: r.outcome for r in load_results(conn, run)}
+        with database.session() as session:
+            still = [r for r in session.scalars(select(RegressionRow)) if r.state != "fixed"]
+    closable = [r for r in REGRESSIONS.values()
+                if r["state"] != "fixed" and outcome.get(r["case_id"]) == "passed"]  # fmt: skip
+    assert closable  # the fixture holds open regressions of cases run 1 passed
+    assert all(outcome.get(r.case_id) != "passed" for r in still), [
+        (r.id, r.case_id, r.kind, r.state) for r in still if outcome.get(r.case_id) == "passed"
+    ]

@@ -146,11 +146,15 @@ def flagged_keys(compared: RunComparison) -> set[tuple[str, str]]:
     return keys
 
 
-def _lineage_rows(session: Session, run: RunInfo) -> dict[tuple[str, str], RegressionRow]:
+def _lineage_rows(
+    session: Session, run: RunInfo
+) -> tuple[dict[tuple[str, str], RegressionRow], list[RegressionRow]]:
     """The newest regression of each (case, kind) of the run's kernel, matrix and device: the
     one whose first bad run started last (not the highest id: an import inserts rows in
-    whatever order its file has them)."""
-    rows = session.scalars(
+    whatever order its file has them); and the older ones still open. Those are the rows a
+    release before per-case regressions kept per output (migration 0017 files them into
+    alerts): a run that passes their case closes them too, or they stay open for good."""
+    rows = list(session.scalars(
         select(RegressionRow)
         .outerjoin(Run, Run.id == RegressionRow.first_bad_run)
         .where(
@@ -158,8 +162,10 @@ def _lineage_rows(session: Session, run: RunInfo) -> dict[tuple[str, str], Regre
             RegressionRow.device == run.device_kind,
         )
         .order_by(Run.started_at.is_not(None), Run.started_at, Run.id, RegressionRow.id)
-    )  # fmt: skip
-    return {(row.case_id, row.kind): row for row in rows}
+    ))  # fmt: skip
+    newest = {(row.case_id, row.kind): row for row in rows}
+    shadowed = [r for r in rows if r is not newest[(r.case_id, r.kind)] and r.state != "fixed"]
+    return newest, shadowed
 
 
 Good = tuple[int | None, str | None]  # a regression's last good run and its commit
@@ -351,13 +357,14 @@ def scan_run(
     found = findings(compared, by_id(results), by_id(base_results))
     scan = ScanResult(run.id, base.id if base else None, compared=compared)
     scan.infrastructure = infrastructure(results)
-    known = _lineage_rows(session, run)
+    known, shadowed = _lineage_rows(session, run)
     work = _Scan(session, run, base)
     _file(scan, work, found, known)
     unflagged = [
         row for key, row in known.items() if key not in found and row.first_bad_run != run.id
         and (row.state != "fixed" or row.fixed_run is None)
     ]  # fmt: skip
+    unflagged += [r for r in shadowed if (r.case_id, r.kind) not in found]
     scan.fixed, still = _close_fixed(session, run, results, unflagged, options)
     scan.kept += still
     closed = [row for key, row in known.items() if row.state == "fixed" and key not in found]
@@ -379,7 +386,7 @@ def file_findings(
     failed to judge in ``run``) inserted into ``run``'s alert against its baseline, unless
     the case already has an open one; the alert's explanation is computed again."""
     base = baseline_run(session, run)
-    known = _lineage_rows(session, run)
+    known, _ = _lineage_rows(session, run)
     work = _Scan(session, run, base)
     filed = []
     for finding in found:
