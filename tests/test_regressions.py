@@ -290,6 +290,20 @@ def test_transitions_people_may_make(sqlite_url, capsys):
     engine.dispose()
 
 
+@pytest.mark.parametrize("target", ["99999999999", "2147483648", "\u00b2"])
+def test_an_id_no_row_can_have_is_no_such_row_on_every_database(db_url, capsys, target):
+    """Past the id column's INTEGER (PostgreSQL refused it: exit 3, "database failure") or a
+    digit ``int`` reads but no row id is (``²``): exit 2, "no such ...", in every spelling."""
+    engine = open_database(db_url)
+    _run(engine, False, "1" * 40)
+    engine.dispose()
+    for argv in (["show", target], ["show", f"r{target}"], ["set", target, "fixed"],
+                 ["set", f"a{target}", "fixed"]):  # fmt: skip
+        assert main(["regressions", *argv, "--db", db_url]) == 2, argv
+        err = capsys.readouterr().err
+        assert "no such" in err and "database" not in err, (argv, err)
+
+
 def test_junit_xml_parses_back_with_one_testcase_per_case(sqlite_url):
     engine = open_database(sqlite_url)
     run = write_run(engine, synthetic_results(N, bug=lambda c: c.id in BROKEN))

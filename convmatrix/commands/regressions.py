@@ -20,6 +20,7 @@ from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
 from convmatrix.core.sanitise import terminal_safe
 from convmatrix.db.database import Database
+from convmatrix.db.queries import parse_id
 from convmatrix.reports.viewmodel import to_jsonable
 from convmatrix.service.alerts import get_alert, list_alerts
 from convmatrix.service.regressions import (
@@ -76,11 +77,24 @@ def _scan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _id(text: str, what: str) -> int:
+    """The row id ``text`` names (``db.queries.parse_id``: ASCII digits within the id
+    column); a number no row can have is no such row (exit 2), never a database error."""
+    found = parse_id(text)
+    if found is None:
+        raise UsageError(f"{what} {text[:40]}: no such {what}")
+    return found
+
+
+def _spelled(target: str, prefix: str) -> bool:
+    return target.startswith(prefix) and target[len(prefix) :].isdigit()
+
+
 def _regression_ids(session: Session, target: str) -> list[int]:
-    if target.startswith("a") and target[1:].isdigit():
-        return [r.id for r in get_alert(session, int(target[1:])).regressions]
-    if target.isdigit():
-        return [int(target)]
+    if _spelled(target, "a"):
+        return [r.id for r in get_alert(session, _id(target[1:], "alert")).regressions]
+    if _spelled(target, ""):
+        return [_id(target, "regression")]
     raise UsageError(f"ID {target!r}: a regression id (12) or an alert (a3)")
 
 
@@ -100,12 +114,12 @@ def _set(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     target = args.id
     with Database(args.db, existing=True) as database, database.session() as session:
-        if target.isdigit():
-            _say("\n".join(get_alert(session, int(target)).lines()))
+        if _spelled(target, ""):
+            _say("\n".join(get_alert(session, _id(target, "alert")).lines()))
             return 0
-        if not (target.startswith("r") and target[1:].isdigit()):
+        if not _spelled(target, "r"):
             raise UsageError(f"ID {target!r}: an alert id (3) or a regression (r12)")
-        found = list_regressions(session, ids=[int(target[1:])])
+        found = list_regressions(session, ids=[_id(target[1:], "regression")])
         if not found:
             raise UsageError(f"regression {target[1:]}: no such regression")
         events = regression_events(session, found[0].id)

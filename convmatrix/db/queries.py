@@ -60,6 +60,16 @@ MAX_RUN_SPEC = 200
 MAX_ID = (1 << 31) - 1  # ids are INTEGER: 4 bytes on PostgreSQL, which refuses a larger one
 
 
+def parse_id(text: str) -> int | None:
+    """The row id ``text`` spells (ASCII digits, at most ``MAX_ID``), else ``None``: ``²`` or
+    ``١`` (``str.isdigit`` says yes) and a larger number name no row, so every door (the
+    command line, the served pages) answers "no such ..." instead of a database error."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_ID)):
+        return None
+    value = int(text)
+    return value if value <= MAX_ID else None
+
+
 def _aware(moment: datetime | None) -> datetime | None:
     """Timestamps in UTC with the zone attached (SQLite hands them back without one)."""
     if moment is None:
@@ -215,8 +225,8 @@ def resolve_run(session: Reader, spec: str | int) -> RunInfo:
         if found is None:
             raise UsageError("run 'latest': the database holds no runs yet")
         return _run_info(found)
-    is_id = text.isascii() and text.isdigit() and int(text) <= MAX_ID  # its column holds it
-    if is_id and (run := session.execute(select(runs).where(r.id == int(text))).first()):
+    row_id = parse_id(text)
+    if row_id is not None and (run := session.execute(select(runs).where(r.id == row_id)).first()):
         return _run_info(run)
     matches = [
         _run_info(row)

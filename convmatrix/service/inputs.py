@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from convmatrix.core.errors import InputError, UsageError
-from convmatrix.db.queries import MAX_ID
+from convmatrix.db.queries import parse_id
 
 __all__ = [
     "ID_PARAMS",
@@ -32,14 +32,6 @@ __all__ = [
 MAX_PARAM = 1000  # characters of one parameter: a label is at most 200, a date about 30
 ID_PARAMS = ("alert_id", "regression_id", "id")  # path parameters that are row ids
 _LINE_BREAKS = "\t\n\r"
-
-
-def parse_id(text: str) -> int | None:
-    """The row id ``text`` spells (ASCII digits, at most ``MAX_ID``), else ``None``."""
-    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_ID)):
-        return None
-    value = int(text)
-    return value if value <= MAX_ID else None
 
 
 def check_ids(params: Mapping[str, str]) -> None:
