@@ -111,6 +111,7 @@ def test_the_share_of_judged_cases_is_what_min_judged_asks(tmp_path):
 def test_a_judged_failure_outranks_nothing_judged():
     """A failed case is a verdict: 1, whatever else was not judged; timeouts, errors and
     lost results judged nothing; a crash is the kernel's verdict."""
+
     def account(**counts: int) -> RunAccount:
         return RunAccount(1, "finished", counts, counts, planned=sum(counts.values()))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import xml.etree.ElementTree as ET
 
 import pytest
 from db_fixtures import fake_meta
@@ -77,7 +78,7 @@ def test_shards_partition_the_cases_disjoint_and_complete():
 @pytest.mark.postgres
 def test_four_shards_into_postgres_make_one_complete_run(tmp_path, postgres_url):
     outs = finish(start_shards(tmp_path, postgres_url, "nightly-42", range(4), 4))
-    assert all("shard " in out and "/4 of run" in out for out in outs)
+    assert all("shard " in out and "/4 [finished] of run" in out for out in outs)
     (info,) = runs(postgres_url)
     assert info.status == "finished" and info.shard_count == 4
     stored = results(postgres_url, info.id)
@@ -200,3 +201,52 @@ def test_the_last_of_two_shards_closing_at_once_finishes_the_run(postgres_url):
         )
     assert writers[0].finish_shard(0, "finished") == "finished"  # its heartbeat stops
     engine.dispose()
+
+
+def _junit_cases(path) -> tuple[set[str], list[str]]:
+    """(case ids, names of the run-level error testcases) of a JUnit file."""
+    suite = ET.parse(path).getroot().find("testsuite")
+    ids = {t.get("id") for t in suite.iter("testcase") if t.get("id")}
+    problems = [
+        t.get("name") for t in suite.iter("testcase") if t.get("classname") == "convmatrix.run"
+    ]
+    assert int(suite.get("tests")) == len(ids) + len(problems)
+    return ids, problems
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_each_shard_reports_its_own_cases_and_ci_report_the_whole_run(tmp_path, request, db):
+    """Two shards of one run, one after the other into one database: each shard's JUnit and
+    summary hold that shard's cases only (not whatever the database held when it ended), the
+    first never claims the run finished nor scans half of it, and ``ci-report`` writes the
+    whole run's JUnit once both reported, naming the missing shard before."""
+    url = request.getfixturevalue(f"{db}_url")
+    ids, outs = smoke_ids(), []
+    for index in (0, 1):
+        out = tmp_path / f"shard{index}"
+        args = [*shard_args(url, f"{index}/2", "ci-9"), "--junit", str(out / "junit.xml"),
+                "--summary", str(out / "summary.md")]  # fmt: skip
+        done = cli(tmp_path, "run", *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        owned = {i for i in ids if Shard(index, 2, "ci-9").owns(i)}
+        assert _junit_cases(out / "junit.xml") == (owned, [])
+        summary = (out / "summary.md").read_text()
+        assert f"shard {index}/2 PASSED" in summary and f"| {len(owned)} | 0 |" in summary
+        assert f"Shard {index}/2: this shard's cases only" in summary
+        outs.append(done.stdout)
+        if index == 0:  # the whole run is not there yet: say so, check missing shards
+            early = cli(tmp_path, "ci-report", "ci-9", "--db", url,
+                        "--junit", str(tmp_path / "early.xml"))  # fmt: skip
+            assert early.returncode == 1, early.stdout + early.stderr
+            assert _junit_cases(tmp_path / "early.xml") == (owned, ["shards-missing"])
+            assert "shard(s) missing: 1/2 never started" in early.stdout
+    first, last = outs
+    assert "shard 0/2 [finished] of run 1:" in first and "run 1 [running] so far:" in first
+    assert "run 1 [finished]" not in first
+    assert "regressions: not scanned (shard 0/2: the run is not whole yet" in first
+    assert "  run 1 [finished]: 35 passed" in last and "regressions: 0 new" in last
+    merged = cli(tmp_path, "ci-report", "ci-9", "--db", url, "--junit", str(tmp_path / "all.xml"),
+                 "--summary", str(tmp_path / "all.md"))  # fmt: skip
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert _junit_cases(tmp_path / "all.xml") == (ids, [])
+    assert "(run 1) PASSED" in (tmp_path / "all.md").read_text()
