@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -191,3 +193,22 @@ def test_a_cluster_the_engine_starts_runs_its_actors_unniced(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout
     assert "run niced" not in done.stderr, done.stderr
+
+
+@pytest.mark.requires("ray")
+def test_an_address_where_nothing_listens_is_infrastructure_within_30_s(tmp_path):
+    """``ray.init`` waited 10 minutes and more on a closed port; the executor probes the
+    address first: one line, exit 3 (infrastructure), well within 30 s of starting."""
+    with socket.socket() as probe:  # a port nothing listens on once this socket is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cmd = convmatrix_cmd("run", "--executor", "ray", "--address", f"127.0.0.1:{port}",
+                         "--matrix", str(TINY), "--kernel", "torch", "--no-db")  # fmt: skip
+    start = time.monotonic()
+    done = run(cmd, tmp_path, RAY_AUTH_MODE="disabled")
+    took = time.monotonic() - start
+    assert done.returncode == 3, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"convmatrix run: error: --executor ray --address 127.0.0.1:{port}: ")
+    assert "nothing answers there" in line and "Traceback" not in done.stderr
+    assert took < 30, f"{took:.0f} s"
