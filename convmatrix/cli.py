@@ -31,7 +31,7 @@ import threading
 from collections.abc import Sequence
 
 from convmatrix.core.environment import check_environment
-from convmatrix.core.errors import ConvmatrixError, InfrastructureError, exit_table
+from convmatrix.core.errors import ConvmatrixError, InfrastructureError, exit_table, machine_fault
 
 __all__ = ["COMMANDS", "build_parser", "main", "module_name"]
 
@@ -121,9 +121,8 @@ def _infrastructure(exc: BaseException) -> str | None:
     memory for a stack); None for anything else (a bug: its traceback is shown)."""
     if _database_error(exc):
         return "database failure"
-    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
-        return "the machine would not start a thread"
-    return None
+    fault = machine_fault(str(exc)) if isinstance(exc, RuntimeError) else None
+    return fault.split(" (")[0] if fault else None
 
 
 def _exit_now(command: str, code: int) -> None:

@@ -10,6 +10,7 @@ __all__ = [
     "NotJudgedError",
     "UsageError",
     "exit_table",
+    "machine_fault",
 ]
 
 
@@ -70,3 +71,14 @@ def exit_table(width: int = 88) -> str:
         textwrap.fill(text, width, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
         for code, text in EXIT_CODES.items()
     )
+
+
+def machine_fault(text: str) -> str | None:
+    """What the machine refused, when ``text`` (an exception's message, a traceback) shows
+    the process out of a resource no kernel is to blame for, else None: ``threading`` raises
+    ``RuntimeError("can't start new thread")`` when the process may start no more threads
+    or has no memory left for a thread's stack (explore once ended so, as if it had found a
+    failure)."""
+    if "can't start new thread" in text:
+        return "the machine would not start a thread (out of threads or memory for a stack)"
+    return None

@@ -376,6 +376,7 @@ class Controller:
         self.summary: RunAccount | None = None  # set once the run is closed
         self.known: dict[str, Case] = {}  # planned cases by id (``lost`` needs the case)
         self.min_judged = DEFAULT_MIN_JUDGED  # the share of planned cases to judge to pass
+        self.infrastructure: str | None = None  # the machine failed under the run (exit 3)
 
     def record(self, result: CaseResult) -> bool:
         """Keep one result; False (and nothing kept) if the case already has one or the run
@@ -412,12 +413,13 @@ class Controller:
         ``interrupted``. Idempotent: a second call returns the first summary."""
         if self.summary is not None:
             return self.summary
+        interrupted = interrupted or self.infrastructure is not None
         if not interrupted:
             self._record_lost()
         complete = self.planned <= set(self.results)
         status = "finished" if complete and not interrupted else "interrupted"
         stored = self.store.finish(status)
-        failure = self.store.failure()  # the database refused: the results' journal
+        failure = self.store.failure() or self.infrastructure  # the database, the machine
         if failure is not None:
             status = "interrupted"
         session = Counter(r.outcome for r in self.results.values())
