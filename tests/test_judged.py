@@ -56,6 +56,12 @@ def test_a_kernel_that_cannot_run_here_judges_nothing_and_exits_4(tmp_path):
     assert "| 35 | kernel 'dao' unavailable: " in text  # each reason with its count
     (info,) = runs(url)
     assert info.status == "finished" and info.counts["skipped"] == 35  # recorded as it was
+    report = run(convmatrix_cmd("report", "1", "--db", url, "--out", str(tmp_path)), tmp_path)
+    assert report.returncode == NOTHING_JUDGED, report.stdout + report.stderr
+    assert report.stdout.startswith("NOTHING JUDGED dao (run 1): 35 skipped")
+    again = run(convmatrix_cmd("ci-report", "1", "--db", url, "--fail-on", "new-regressions"),
+                tmp_path)  # fmt: skip
+    assert again.returncode == NOTHING_JUDGED, again.stdout + again.stderr  # never a pass
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from convmatrix.core.verdict import case_severity, describe
 __all__ = [
     "DEFAULT_MIN_JUDGED",
     "JUDGED",
+    "JUDGED_BAD",
     "RunAccount",
     "counts_line",
     "exit_status",
