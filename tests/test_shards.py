@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from db_fixtures import fake_meta
-from runner_helpers import LIMIT_S, child_env, convmatrix_cmd, results, runs
+from runner_helpers import LIMIT_S, TINY, child_env, convmatrix_cmd, results, runs
 from sqlalchemy import select, update
 
 from convmatrix.core.errors import UsageError
@@ -250,3 +250,43 @@ def test_each_shard_reports_its_own_cases_and_ci_report_the_whole_run(tmp_path, 
     assert merged.returncode == 0, merged.stdout + merged.stderr
     assert _junit_cases(tmp_path / "all.xml") == (ids, [])
     assert "(run 1) PASSED" in (tmp_path / "all.md").read_text()
+
+
+def test_the_whole_runs_summary_names_the_regressions_its_last_shard_raised(tmp_path, sqlite_url):
+    """A good run, then the same kernel broken in two shards: the first shard cannot know
+    what is new (the run is half there) and says so; the last one scans the whole run and
+    names its own cases' regressions; the merged summary of ``ci-report`` names every one,
+    and ``--fail-on new-regressions`` fails the report job."""
+    switch = tmp_path / "switch"
+    switch.write_text("good")
+    base = ["--matrix", str(TINY), "--kernel", "service_kernels:Switched", "-n", "0",
+            "--db", sqlite_url]  # fmt: skip
+
+    def switched(*args: str) -> subprocess.CompletedProcess[str]:
+        env = child_env(CONVMATRIX_TEST_SWITCH=str(switch))
+        return subprocess.run(convmatrix_cmd(*args), cwd=tmp_path, env=env, text=True,
+                              capture_output=True, timeout=LIMIT_S)  # fmt: skip
+
+    assert switched("run", *base).returncode == 0
+    switch.write_text("bad")
+    outs = []
+    for index in (0, 1):
+        shard = ["--shard", f"{index}/2", "--run-label", "bad-1", "--fail-on", "new-regressions",
+                 "--summary", str(tmp_path / f"s{index}.md")]  # fmt: skip
+        outs.append(switched("run", *base, *shard))
+    bad_run = runs(sqlite_url)[-1]
+    failing = {r.case.id for r in results(sqlite_url, bad_run.id) if r.outcome == "failed"}
+    mine = [{i for i in failing if Shard(k, 2, "bad-1").owns(i)} for k in (0, 1)]
+    assert all(mine), "each shard of tiny holds a failing case"
+    first, last = outs
+    assert first.returncode == 0, first.stdout + first.stderr  # cannot tell what is new
+    text = (tmp_path / "s0.md").read_text()
+    assert "Not scanned" in text and f"### Failing cases ({len(mine[0])})" in text
+    assert last.returncode == 1, last.stdout + last.stderr  # its own new regressions
+    assert f"**{len(mine[1])} new regressions**" in (tmp_path / "s1.md").read_text()
+    merged = switched("ci-report", "bad-1", "--db", sqlite_url, "--fail-on",
+                      "new-regressions", "--summary", str(tmp_path / "all.md"))  # fmt: skip
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    text = (tmp_path / "all.md").read_text()
+    assert f"(run {bad_run.id}) FAILED" in text and "Compared with run 1." in text
+    assert f"**{len(failing)} new regressions** (alert 1)" in text

@@ -94,13 +94,10 @@ def exit_status(account: RunAccount, fail_on: Iterable[str] = (), raised: int = 
     passes CI. Infrastructure (3), nothing judged (4) and interrupted (130) stay as they are,
     and a run that stopped early is 1."""
     code = account.exit_code
-    if "new-regressions" not in fail_on or code in (InfrastructureError.exit_code, 130):
+    kept = (InfrastructureError.exit_code, NotJudgedError.exit_code, 130)
+    if "new-regressions" not in fail_on or code in kept:
         return code
-    if code == NotJudgedError.exit_code:
-        return code
-    if account.status != "finished":
-        return 1
-    return 1 if raised else 0
+    return 1 if account.status != "finished" or raised else 0
 
 
 def worst_failures(results: Iterable[CaseResult], limit: int = 5) -> list[CaseResult]:

@@ -134,13 +134,14 @@ def write_ci_outputs(
         missing = [] if shard else missing_shards(conn, run_id, run.shard_count)
     if shard is not None:
         results = [r for r in results if shard.owns(r.case.id)]
-    failing = {r.case.id for r in results if r.outcome != "passed"}
-    if found is None:
-        found = _stored_found(database, run, failing)
-    raised = [r for r in found.raised if shard is None or shard.owns(r.case_id)]
     if account is None:
         account = _account(run, results, outputs.min_judged)
         account.missing_shards = missing
+    if found is None:  # scanned: a plain run, whole, that judged enough (pipeline.steps.scan)
+        scanned = run.kind == "run" and not missing and account.not_judged is None
+        failing = {r.case.id for r in results if r.outcome != "passed"}
+        found = _stored_found(database, run, failing) if scanned else Found()
+    raised = [r for r in found.raised if shard is None or shard.owns(r.case_id)]
     header = run_header(run, database.url, results, missing)
     problems = _problems(account, missing)
     written = CiWritten(account, exit_status(account, outputs.fail_on, len(raised)))
