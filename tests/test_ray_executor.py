@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -212,3 +213,28 @@ def test_an_address_where_nothing_listens_is_infrastructure_within_30_s(tmp_path
     assert line.startswith(f"convmatrix run: error: --executor ray --address 127.0.0.1:{port}: ")
     assert "nothing answers there" in line and "Traceback" not in done.stderr
     assert took < 30, f"{took:.0f} s"
+
+
+def test_a_node_dead_at_start_is_infrastructure_and_the_run_is_kept(cluster, tmp_path):
+    """A node gone but still listed (Ray notices after missed heartbeats): an actor placed
+    there dies before it answers. That was a raw ActorDiedError traceback, exit 1 and no run;
+    now the run is recorded first, and ends interrupted in one line with exit 3."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    ghost = cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    (raylet,) = ghost.all_processes["raylet"]
+    # Frozen, not killed: its connections stay open and Ray takes missed heartbeats (tens of
+    # seconds) to mark it dead, longer than the run takes to start and count its slot.
+    os.kill(raylet.process.pid, signal.SIGSTOP)
+    try:
+        done = ray_run(cluster, tmp_path, "--matrix", str(TINY), "--kernel", "torch", "--db", url)
+    finally:
+        os.kill(raylet.process.pid, signal.SIGCONT)
+        cluster.remove_node(ghost, allow_graceful=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("convmatrix run: error: the Ray cluster failed under the run (run 1:")
+    assert "ActorDiedError" in last
+    (info,) = runs(url)
+    assert info.status == "interrupted"  # recorded before any actor was asked anything
