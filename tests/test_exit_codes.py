@@ -67,6 +67,7 @@ import resource, sys, threading
 import torch, pytest, xdist.plugin
 from convmatrix import cli
 import convmatrix.commands.run, convmatrix.pipeline.run, convmatrix.runners.executors.xdist
+import convmatrix.commands.explore, convmatrix.pipeline.explore
 with open("/proc/self/status") as status:
     vm = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
 threading.stack_size(1 << 30)
@@ -89,3 +90,10 @@ def test_a_machine_that_will_not_start_a_thread_is_infrastructure(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert "convmatrix run (not recorded) [interrupted]: 4 error" in lines
     assert "  infrastructure failure: the machine would not start a thread" in "\n".join(lines)
+    url = f"sqlite:///{tmp_path / 'explore.db'}"
+    argv = ["explore", "--kernel", "torch", "--budget", "60s", "-n", "0", "--db", url,
+            "--out", str(tmp_path / "found.yaml")]  # fmt: skip
+    done = run([sys.executable, str(script), *argv], tmp_path)
+    assert done.returncode == INFRASTRUCTURE, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("convmatrix explore: error: "), last

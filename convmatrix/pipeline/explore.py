@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from convmatrix.core.case import Case
+from convmatrix.core.errors import InfrastructureError
 from convmatrix.core.records import BAD_OUTCOMES
 from convmatrix.db.database import Database
 from convmatrix.db.queries import load_results
@@ -95,6 +96,8 @@ class _Rounds:
         )  # fmt: skip
         with contextlib.redirect_stdout(io.StringIO()):  # the progress line is the output
             end = run(options, self.database)
+        if end.account.infrastructure:  # the machine or the database, not a finding: exit 3
+            raise InfrastructureError(f"explore round {number}: {end.account.infrastructure}")
         run_id = end.account.run_id
         failures: dict[str, str] = {}
         seconds = 0.0
