@@ -36,7 +36,7 @@ from convmatrix.service.ci import JobSummary, RunProblem, job_summary_markdown, 
 from convmatrix.service.regressions import Regression, list_regressions
 from convmatrix.service.scan import ScanResult, baseline_run
 
-__all__ = ["CiOutputs", "CiWritten", "Found", "ci_report", "write_ci_outputs"]
+__all__ = ["CiOutputs", "CiWritten", "Found", "append_summary", "ci_report", "write_ci_outputs"]
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,9 @@ def write_ci_outputs(
     raised = [r for r in found.raised if shard is None or shard.owns(r.case_id)]
     header = run_header(run, database.url, results, missing)
     problems = _problems(account, missing)
-    written = CiWritten(account, exit_status(account, outputs.fail_on, len(raised)))
-    written.missing = missing
+    written = CiWritten(
+        account, exit_status(account, outputs.fail_on, len(raised)), missing=missing
+    )
     title = header.title if shard is None else f"{header.title}, shard {shard}"
     if outputs.junit is not None:
         written.junit = write_junit(outputs.junit, title, results, problems)
@@ -156,12 +157,16 @@ def write_ci_outputs(
             known=found.known, fixed=found.fixed, explanation=found.explanation,
             problems=problems, skipped=skip_reasons(results), scope=_scope(shard),
         )  # fmt: skip
-        text = job_summary_markdown(summary, base_url=outputs.base_url)
-        outputs.summary.parent.mkdir(parents=True, exist_ok=True)
-        with outputs.summary.open("a", encoding="utf-8") as out:  # GitHub appends steps
-            out.write(text)
-        written.summary = outputs.summary
+        written.summary = append_summary(outputs.summary, summary, outputs.base_url)
     return written
+
+
+def append_summary(path: Path, summary: JobSummary, base_url: str | None) -> Path:
+    """Append the summary's markdown to ``path`` (GitHub's step summary takes every step's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        out.write(job_summary_markdown(summary, base_url=base_url))
+    return path
 
 
 def _problems(account: RunAccount, missing: Iterable[str]) -> list[RunProblem]:
