@@ -6,10 +6,12 @@ default that takes the parsed namespace and returns the exit status. Only the ch
 command's module is imported: ``convmatrix --help`` imports none, ``convmatrix history``
 never imports torch (benchmarks/bench_startup.py measures it).
 
-Exit status (``core.errors.EXIT_CODES``, docs/spec.md §6): 0 all passed, 1 failures (or a run
-stopped early), 2 usage or configuration errors (a bad argument, matrix or environment
-variable: nothing ran), 3 infrastructure failures (the database or the executor failed under
-the run; results the database could not take are in the run's journal), 130 interrupted.
+Exit status: one table every command follows (``core.errors.EXIT_CODES``, printed by
+``convmatrix --help``): 0 ok, 1 failures or regressions, 2 usage, 3 infrastructure (the
+database, the executor, the machine: a database unreachable at start, a Ray address where
+nothing listens, a thread the system would not start), 4 nothing judged, 130 interrupted.
+Whatever ends a command ends it in one line: a ``ConvmatrixError`` with its own status, a
+database error or a machine out of threads with 3.
 
 Every declared environment variable (``core.environment``) is checked once, before the
 command runs. A ``convmatrix run -n 0`` runs the kernel in this process: whatever threads or
@@ -29,7 +31,7 @@ import threading
 from collections.abc import Sequence
 
 from convmatrix.core.environment import check_environment
-from convmatrix.core.errors import ConvmatrixError, InfrastructureError
+from convmatrix.core.errors import ConvmatrixError, InfrastructureError, exit_table, machine_fault
 
 __all__ = ["COMMANDS", "build_parser", "main", "module_name"]
 
@@ -47,6 +49,7 @@ COMMANDS = {
     "confirm": "rerun a run's failing and regressed cases: confirmed or flaky",
     "regressions": "list, scan and update the regressions of the recorded runs",
     "report": "write the HTML report of one run",
+    "ci-report": "write the JUnit XML and job summary of a whole (sharded) run",
     "diff": "compare two runs (two kernel commits) case by case",
     "history": "error history of one dtype over the runs",
     "bisect": "find the kernel commit that broke a case (git bisect run)",
@@ -59,8 +62,9 @@ COMMANDS = {
 
 def module_name(command: str) -> str:
     """The module of ``command``: ``convmatrix.commands.<command>``, with an underscore after
-    a Python keyword (``import`` lives in ``import_.py``)."""
-    return f"convmatrix.commands.{command}" + ("_" if keyword.iskeyword(command) else "")
+    a Python keyword (``import`` lives in ``import_.py``) and for a dash (``ci_report``)."""
+    name = command.replace("-", "_")
+    return f"convmatrix.commands.{name}" + ("_" if keyword.iskeyword(name) else "")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -69,6 +73,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convmatrix",
         description="Test matrix and regression service for causal depthwise conv1d kernels.",
+        epilog=f"exit status (every command):\n{exit_table()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, summary in COMMANDS.items():
@@ -101,11 +107,23 @@ def _run(args: argparse.Namespace) -> int:
         print(f"convmatrix {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if not _database_error(exc):
+        what = _infrastructure(exc)
+        if what is None:
             raise
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        print(f"convmatrix {args.command}: error: database failure: {reason}", file=sys.stderr)
+        reason = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
+        print(f"convmatrix {args.command}: error: {what}: {reason}", file=sys.stderr)
         return InfrastructureError.exit_code
+
+
+def _infrastructure(exc: BaseException) -> str | None:
+    """What failed under the command when ``exc`` is the machine's or the database's, not the
+    program's: a SQLAlchemy error, or a thread the system would not start (``threading``
+    raises ``RuntimeError("can't start new thread")`` when the process is out of threads or
+    memory for a stack); None for anything else (a bug: its traceback is shown)."""
+    if _database_error(exc):
+        return "database failure"
+    fault = machine_fault(str(exc)) if isinstance(exc, RuntimeError) else None
+    return fault.split(" (")[0] if fault else None
 
 
 def _exit_now(command: str, code: int) -> None:

@@ -135,14 +135,20 @@ def render_command(
 def render_reference() -> str:
     """The whole page: the command list, then every command of ``convmatrix.cli.COMMANDS``."""
     from convmatrix import cli
+    from convmatrix.core.errors import EXIT_CODES
 
     lines = [
         "# CLI reference",
         "",
         "Generated when the site is built, from the argument parsers of `convmatrix.cli` "
         "(`docs_hooks/cli_reference.py`): every command, its usage and each argument as "
-        "`convmatrix COMMAND --help` shows them. Exit status: 0 when everything passed, 1 on "
-        "failures, 2 on usage or configuration errors.",
+        "`convmatrix COMMAND --help` shows them.",
+        "",
+        "Exit status, the same for every command (`convmatrix.core.errors.EXIT_CODES`):",
+        "",
+        "| status | meaning |",
+        "|---|---|",
+        *(f"| {code} | {inline(text)} |" for code, text in EXIT_CODES.items()),
         "",
         "| command | what it does |",
         "|---|---|",

@@ -519,6 +519,12 @@ BAD_ENVIRONMENT = {
     "CONVMATRIX_DB_RETRY_S": ("-5", "from 0 to"),
     "TRITON_INTERPRET": ("maybe", "choose one of"),
     "CONVMATRIX_THREADS": ("many", "auto, torch or a number of threads"),
+    "OMP_NUM_THREADS": ("100000", "100000 threads a process is past this machine's cap"),
+    "OMP_THREAD_LIMIT": ("lots", "a whole number of threads >= 1"),
+    "MKL_NUM_THREADS": ("4,2", "a whole number of threads >= 1"),
+    "OPENBLAS_NUM_THREADS": ("0", "a whole number of threads >= 1"),
+    "NUMEXPR_NUM_THREADS": ("99999", "past this machine's cap"),
+    "VECLIB_MAXIMUM_THREADS": ("-1", "a whole number of threads >= 1"),
 }
 
 

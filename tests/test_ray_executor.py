@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -191,3 +194,47 @@ def test_a_cluster_the_engine_starts_runs_its_actors_unniced(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout
     assert "run niced" not in done.stderr, done.stderr
+
+
+@pytest.mark.requires("ray")
+def test_an_address_where_nothing_listens_is_infrastructure_within_30_s(tmp_path):
+    """``ray.init`` waited 10 minutes and more on a closed port; the executor probes the
+    address first: one line, exit 3 (infrastructure), well within 30 s of starting."""
+    with socket.socket() as probe:  # a port nothing listens on once this socket is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cmd = convmatrix_cmd("run", "--executor", "ray", "--address", f"127.0.0.1:{port}",
+                         "--matrix", str(TINY), "--kernel", "torch", "--no-db")  # fmt: skip
+    start = time.monotonic()
+    done = run(cmd, tmp_path, RAY_AUTH_MODE="disabled")
+    took = time.monotonic() - start
+    assert done.returncode == 3, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"convmatrix run: error: --executor ray --address 127.0.0.1:{port}: ")
+    assert "nothing answers there" in line and "Traceback" not in done.stderr
+    assert took < 30, f"{took:.0f} s"
+
+
+def test_a_node_dead_at_start_is_infrastructure_and_the_run_is_kept(cluster, tmp_path):
+    """A node gone but still listed (Ray notices after missed heartbeats): an actor placed
+    there dies before it answers. That was a raw ActorDiedError traceback, exit 1 and no run;
+    now the run is recorded first, and ends interrupted in one line with exit 3."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    ghost = cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    (raylet,) = ghost.all_processes["raylet"]
+    # Frozen, not killed: its connections stay open and Ray takes missed heartbeats (tens of
+    # seconds) to mark it dead, longer than the run takes to start and count its slot.
+    os.kill(raylet.process.pid, signal.SIGSTOP)
+    try:
+        done = ray_run(cluster, tmp_path, "--matrix", str(TINY), "--kernel", "torch", "--db", url)
+    finally:
+        os.kill(raylet.process.pid, signal.SIGCONT)
+        cluster.remove_node(ghost, allow_graceful=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("convmatrix run: error: the Ray cluster failed under the run (run 1:")
+    assert "ActorDiedError" in last
+    (info,) = runs(url)
+    assert info.status == "interrupted"  # recorded before any actor was asked anything

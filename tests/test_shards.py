@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import xml.etree.ElementTree as ET
 
 import pytest
 from db_fixtures import fake_meta
-from runner_helpers import LIMIT_S, child_env, convmatrix_cmd, results, runs
+from runner_helpers import LIMIT_S, TINY, child_env, convmatrix_cmd, results, runs
 from sqlalchemy import select, update
 
 from convmatrix.core.errors import UsageError
@@ -77,7 +78,7 @@ def test_shards_partition_the_cases_disjoint_and_complete():
 @pytest.mark.postgres
 def test_four_shards_into_postgres_make_one_complete_run(tmp_path, postgres_url):
     outs = finish(start_shards(tmp_path, postgres_url, "nightly-42", range(4), 4))
-    assert all("shard " in out and "/4 of run" in out for out in outs)
+    assert all("shard " in out and "/4 [finished] of run" in out for out in outs)
     (info,) = runs(postgres_url)
     assert info.status == "finished" and info.shard_count == 4
     stored = results(postgres_url, info.id)
@@ -200,3 +201,92 @@ def test_the_last_of_two_shards_closing_at_once_finishes_the_run(postgres_url):
         )
     assert writers[0].finish_shard(0, "finished") == "finished"  # its heartbeat stops
     engine.dispose()
+
+
+def _junit_cases(path) -> tuple[set[str], list[str]]:
+    """(case ids, names of the run-level error testcases) of a JUnit file."""
+    suite = ET.parse(path).getroot().find("testsuite")
+    ids = {t.get("id") for t in suite.iter("testcase") if t.get("id")}
+    problems = [
+        t.get("name") for t in suite.iter("testcase") if t.get("classname") == "convmatrix.run"
+    ]
+    assert int(suite.get("tests")) == len(ids) + len(problems)
+    return ids, problems
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_each_shard_reports_its_own_cases_and_ci_report_the_whole_run(tmp_path, request, db):
+    """Two shards of one run, one after the other into one database: each shard's JUnit and
+    summary hold that shard's cases only (not whatever the database held when it ended), the
+    first never claims the run finished nor scans half of it, and ``ci-report`` writes the
+    whole run's JUnit once both reported, naming the missing shard before."""
+    url = request.getfixturevalue(f"{db}_url")
+    ids, outs = smoke_ids(), []
+    for index in (0, 1):
+        out = tmp_path / f"shard{index}"
+        args = [*shard_args(url, f"{index}/2", "ci-9"), "--junit", str(out / "junit.xml"),
+                "--summary", str(out / "summary.md")]  # fmt: skip
+        done = cli(tmp_path, "run", *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        owned = {i for i in ids if Shard(index, 2, "ci-9").owns(i)}
+        assert _junit_cases(out / "junit.xml") == (owned, [])
+        summary = (out / "summary.md").read_text()
+        assert f"shard {index}/2 PASSED" in summary and f"| {len(owned)} | 0 |" in summary
+        assert f"Shard {index}/2: this shard's cases only" in summary
+        outs.append(done.stdout)
+        if index == 0:  # the whole run is not there yet: say so, check missing shards
+            early = cli(tmp_path, "ci-report", "ci-9", "--db", url,
+                        "--junit", str(tmp_path / "early.xml"))  # fmt: skip
+            assert early.returncode == 1, early.stdout + early.stderr
+            assert _junit_cases(tmp_path / "early.xml") == (owned, ["shards-missing"])
+            assert "shard(s) missing: 1/2 never started" in early.stdout
+    first, last = outs
+    assert "shard 0/2 [finished] of run 1:" in first and "run 1 [running] so far:" in first
+    assert "run 1 [finished]" not in first
+    assert "regressions: not scanned (shard 0/2: the run is not whole yet" in first
+    assert "  run 1 [finished]: 35 passed" in last and "regressions: 0 new" in last
+    merged = cli(tmp_path, "ci-report", "ci-9", "--db", url, "--junit", str(tmp_path / "all.xml"),
+                 "--summary", str(tmp_path / "all.md"))  # fmt: skip
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert _junit_cases(tmp_path / "all.xml") == (ids, [])
+    assert "(run 1) PASSED" in (tmp_path / "all.md").read_text()
+
+
+def test_the_whole_runs_summary_names_the_regressions_its_last_shard_raised(tmp_path, sqlite_url):
+    """A good run, then the same kernel broken in two shards: the first shard cannot know
+    what is new (the run is half there) and says so; the last one scans the whole run and
+    names its own cases' regressions; the merged summary of ``ci-report`` names every one,
+    and ``--fail-on new-regressions`` fails the report job."""
+    switch = tmp_path / "switch"
+    switch.write_text("good")
+    base = ["--matrix", str(TINY), "--kernel", "service_kernels:Switched", "-n", "0",
+            "--db", sqlite_url]  # fmt: skip
+
+    def switched(*args: str) -> subprocess.CompletedProcess[str]:
+        env = child_env(CONVMATRIX_TEST_SWITCH=str(switch))
+        return subprocess.run(convmatrix_cmd(*args), cwd=tmp_path, env=env, text=True,
+                              capture_output=True, timeout=LIMIT_S)  # fmt: skip
+
+    assert switched("run", *base).returncode == 0
+    switch.write_text("bad")
+    outs = []
+    for index in (0, 1):
+        shard = ["--shard", f"{index}/2", "--run-label", "bad-1", "--fail-on", "new-regressions",
+                 "--summary", str(tmp_path / f"s{index}.md")]  # fmt: skip
+        outs.append(switched("run", *base, *shard))
+    bad_run = runs(sqlite_url)[-1]
+    failing = {r.case.id for r in results(sqlite_url, bad_run.id) if r.outcome == "failed"}
+    mine = [{i for i in failing if Shard(k, 2, "bad-1").owns(i)} for k in (0, 1)]
+    assert all(mine), "each shard of tiny holds a failing case"
+    first, last = outs
+    assert first.returncode == 0, first.stdout + first.stderr  # cannot tell what is new
+    text = (tmp_path / "s0.md").read_text()
+    assert "Not scanned" in text and f"### Failing cases ({len(mine[0])})" in text
+    assert last.returncode == 1, last.stdout + last.stderr  # its own new regressions
+    assert f"**{len(mine[1])} new regressions**" in (tmp_path / "s1.md").read_text()
+    merged = switched("ci-report", "bad-1", "--db", sqlite_url, "--fail-on",
+                      "new-regressions", "--summary", str(tmp_path / "all.md"))  # fmt: skip
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    text = (tmp_path / "all.md").read_text()
+    assert f"(run {bad_run.id}) FAILED" in text and "Compared with run 1." in text
+    assert f"**{len(failing)} new regressions** (alert 1)" in text

@@ -73,6 +73,14 @@ def inner(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _absent(tmp_path: Path) -> str:
+    """A Chromium path sure to be missing: inside this test's own directory (a fixed path such
+    as /nonexistent exists on some machines, and the tests then failed there)."""
+    path = tmp_path / "absent" / "chromium"
+    assert not path.exists()
+    return str(path)
+
+
 def _summary(out: str) -> str:
     """The last line: ``1 passed, 1 skipped, 2 errors in 0.12s``."""
     return out.strip().splitlines()[-1]
@@ -80,14 +88,15 @@ def _summary(out: str) -> str:
 
 @pytest.mark.parametrize("ci", ["true"])
 def test_under_ci_a_missing_component_fails_naming_it_and_the_test(inner, ci):
-    done = _pytest(inner, ci=ci, CONVMATRIX_CHROMIUM="/nonexistent")
+    absent = _absent(inner)
+    done = _pytest(inner, ci=ci, CONVMATRIX_CHROMIUM=absent)
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert re.search(r"\b1 passed, 1 skipped, 2 errors\b", _summary(out)), out
     # the short summary names each test and its component
     assert re.search(
         r"ERROR test_inner.py::test_marked_for_chromium - Failed: declared component missing "
-        r"under CI: chromium: no Chromium at /nonexistent",
+        r"under CI: chromium: no Chromium at " + re.escape(absent),
         out,
     ), out
     assert re.search(
@@ -115,11 +124,12 @@ def test_under_ci_a_missing_component_fails_naming_it_and_the_test(inner, ci):
 
 @pytest.mark.parametrize("ci", [None, "false"])
 def test_locally_a_missing_component_skips_with_the_reason(inner, ci):
-    done = _pytest(inner, ci=ci, CONVMATRIX_CHROMIUM="/nonexistent")
+    absent = _absent(inner)
+    done = _pytest(inner, ci=ci, CONVMATRIX_CHROMIUM=absent)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert re.search(r"\b1 passed, 3 skipped\b", _summary(out)), out
-    assert "needs chromium: no Chromium at /nonexistent (apt-get install chromium" in out
+    assert f"needs chromium: no Chromium at {absent} (apt-get install chromium" in out
     assert "needs postgresql: CONVMATRIX_TEST_PG_URL is unset" in out
     assert "declared components missing" not in out
 
@@ -140,14 +150,17 @@ def test_under_ci_present_components_pass(inner):
 @pytest.mark.parametrize(
     ("args", "env", "component", "n"),
     [
-        (["tests/test_browser.py"], {"CONVMATRIX_CHROMIUM": "/nonexistent"}, "chromium", 4),
+        (["tests/test_browser.py"], {"CONVMATRIX_CHROMIUM": "ABSENT"}, "chromium", 4),
         (["tests/test_db_schema.py", "-m", "postgres"], {}, "postgresql", 4),
     ],
     ids=["browser", "postgresql"],
 )
-def test_the_suites_own_tests_fail_under_ci_without_their_component(args, env, component, n):
+def test_the_suites_own_tests_fail_under_ci_without_their_component(
+    tmp_path, args, env, component, n
+):
     """The issue's own check, on the real test files: with the component made unavailable,
     CI=true fails every test that needs it, naming them; nothing else runs first."""
+    env = {k: _absent(tmp_path) if v == "ABSENT" else v for k, v in env.items()}
     done = _pytest(ROOT, *args, "-n", "0", ci="true", **env)
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
@@ -198,3 +211,18 @@ def test_nox_prints_skip_reasons():
     """``nox -s tests`` shows why each test was skipped (and lists failures and errors)."""
     noxfile = (ROOT / "noxfile.py").read_text()
     assert '"pytest", "-n", workers, "-rfEs",' in noxfile
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "true"), ("false", "false"), ("1", "1")])
+def test_the_ci_script_sets_ci_unless_the_runner_did(given, seen):
+    """``.ci/run`` on a runner that does not set CI must still fail on missing components:
+    its opening lines (up to the export, before anything is installed) run here."""
+    script = (ROOT / ".ci" / "run").read_text().splitlines()
+    head = script[: next(i for i, line in enumerate(script) if line.startswith("export CI=")) + 1]
+    environ = {k: v for k, v in os.environ.items() if k != "CI"}
+    if given is not None:
+        environ["CI"] = given
+    cmd = ["bash", "-c", "\n".join([*head[1:], 'printf %s "$CI"']), str(ROOT / ".ci" / "run")]
+    done = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=LIMIT_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == seen

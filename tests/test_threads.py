@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from runner_helpers import LIMIT_S, TINY, child_env, convmatrix_cmd, runs
 
+from convmatrix.core.environment import MAX_THREADS, THREADS_PER_CORE, thread_limit
 from convmatrix.core.errors import UsageError
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.placement import place_worker
@@ -47,7 +48,7 @@ def test_threads_option_beats_the_variable_and_a_bad_one_is_refused_naming_it():
     assert decide(None, env).source == "CONVMATRIX_THREADS" and decide(None, env).wait is None
     assert (decide("2", env).spec, decide("2", env).source) == ("2", "--threads")
     assert decide("2", {"OMP_WAIT_POLICY": "ACTIVE"}).wait == "ACTIVE"  # the user's wait kept
-    for bad in ("0", "many", "-1", "4096"):
+    for bad in ("0", "many", "-1", str(thread_limit() + 1)):
         with pytest.raises(UsageError, match=f"--threads '{bad}'"):
             decide(bad, {})
     with pytest.raises(UsageError, match="--threads"):
@@ -122,3 +123,30 @@ def test_an_in_process_run_gives_its_cases_the_policy_and_the_caller_its_threads
     assert account.counts.get("passed") == account.planned, account
     assert {line.split()[1] for line in spy.read_text().splitlines()} == {str(wanted)}
     assert torch.get_num_threads() == before
+
+
+def test_the_thread_cap_is_per_core_and_bounded():
+    assert thread_limit(2) == 2 * THREADS_PER_CORE == 128
+    assert thread_limit(1000) == MAX_THREADS
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("variable", ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "CONVMATRIX_THREADS"])
+def test_a_thread_count_past_the_cap_is_refused_before_torch_starts(
+    tmp_path, sqlite_url, workers, variable
+):
+    """OMP_NUM_THREADS=100000: with -n 0 torch segfaulted at the first case (blamed on the
+    case), with -n 2 the workers died and the run stayed 'running' with 0 of 4 results. Now:
+    exit 2, one line naming the variable, before torch loads, nothing recorded."""
+    env = {k: v for k, v in child_env().items() if k not in OMP}
+    env[variable] = "100000"
+    cmd = convmatrix_cmd("run", "--matrix", str(TINY), "--kernel", "torch", "-n", workers,
+                         "--db", sqlite_url)  # fmt: skip
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=LIMIT_S
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"convmatrix run: error: environment variable {variable}='100000'")
+    assert "cap" in line or "1 to" in line
+    assert not (tmp_path / "results.db").exists()  # refused before the database was opened

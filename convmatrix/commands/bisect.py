@@ -5,8 +5,12 @@ with a one-case run per step, each recorded as a run of kind ``bisect`` labelled
 
 The kernel and matrix are those of ``--run RUN`` (a run that failed the case, e.g. the
 regression's first bad run), or ``--kernel`` and ``--matrix``; the kernel is imported from the
-checkout under test (``--repo`` is put first on ``PYTHONPATH``). Exit 0 when a first bad
-commit was found, 1 when git bisect could not tell.
+checkout under test (``--repo`` is put first on ``PYTHONPATH``). A step that judged nothing
+(the kernel does not import there, the case got no verdict) is skipped, never good or bad.
+
+Exit 0 when a first bad commit was judged bad with a parent judged good, 4 *cannot decide*
+(an endpoint not judged as given, only unjudged commits left at the boundary), 3 when a
+step's run failed on infrastructure (the bisection stops), 2 usage.
 """
 
 from __future__ import annotations
@@ -35,24 +39,28 @@ def bisect_command(args: argparse.Namespace) -> int:
         if alert_id is not None:
             record_result(database, alert_id, result)
     for step in result.steps:
-        verdict = {0: "good", 1: "bad"}.get(step.exit_code, "skipped")
+        where = f" [{step.endpoint}]" if step.endpoint else ""
+        print(f"  {step.commit[:12]} {step.verdict}{where}")
+    if result.infrastructure:
+        print(f"bisect: stopped: {result.infrastructure}")
+    elif result.first_bad is None:
+        print(f"bisect: cannot decide: {result.undecided}")
+    else:
         print(
-            f"  {step.commit[:12]} {verdict}" + (" (build failed)" if step.stage == "build" else "")
+            f"bisect: first bad commit {result.first_bad} (judged bad, its parent good; "
+            "steps recorded as runs 'bisect:<sha>')"
         )
-    if result.first_bad is None:
-        print("bisect: git bisect could not tell the first bad commit")
-        print(result.log.strip().splitlines()[-1] if result.log.strip() else "")
-        return 1
-    print(f"bisect: first bad commit {result.first_bad} (steps recorded as runs 'bisect:<sha>')")
-    if alert_id is not None:
-        print(f"bisect: recorded with alert {alert_id}")
-    return 0
+        if alert_id is not None:
+            print(f"bisect: recorded with alert {alert_id}")
+    return result.exit_code
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Find the commit of the kernel's repository that broke one case: git bisect run with a "
-        "one-case convmatrix run per step (exit 125, skipped, when --build fails)."
+        "one-case convmatrix run per step, both endpoints judged first; a step that judged "
+        "nothing (--build failed, the kernel did not import) is skipped. Exit 0 a first bad "
+        "commit, 4 cannot decide, 3 a step failed on infrastructure."
     )
     parser.add_argument(
         "--regression", type=int, metavar="N",

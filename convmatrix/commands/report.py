@@ -2,7 +2,9 @@
 
 Exit status 0 when every case of the run passed (skips allowed), 1 when any failed, crashed,
 timed out or errored, or when the run is incomplete (interrupted, still running, or short of
-the cases it planned), so CI can gate on the report as on the run itself.
+the cases it planned), 4 when it judged (almost) nothing (``NOTHING JUDGED``: fewer than the
+default ``--min-judged`` share of its cases got a verdict), so CI can gate on the report as on
+the run itself.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
+from convmatrix.core.errors import NotJudgedError
 from convmatrix.core.sanitise import terminal_safe
 from convmatrix.db.database import Database
 from convmatrix.reports.publish import write_run_report
@@ -33,7 +36,7 @@ def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
     if len(report.failures) > 10:
         print(f"  ... and {len(report.failures) - 10} more")
     print(f"report: {report.html}")
-    return 0 if run.verdict == "PASSED" else 1
+    return {"PASSED": 0, "NOTHING JUDGED": NotJudgedError.exit_code}.get(run.verdict, 1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,11 +27,14 @@ __all__ = [
     "GEOMETRY_LIMITS",
     "MAX_THREADS",
     "THREADS_ENV",
+    "THREAD_COUNT_VARIABLES",
     "VARIABLES",
     "Variable",
     "check_environment",
     "check_geometry_value",
+    "check_thread_count",
     "check_threads",
+    "thread_limit",
 ]
 
 # The tiled kernel's geometry: textual keys -> Geometry fields, and each field's upper bound.
@@ -56,7 +59,23 @@ GEOMETRY_LIMITS = {
     "partial_groups": 1 << 10,
 }
 THREADS_ENV = "CONVMATRIX_THREADS"  # the thread policy (runners.threads)
-MAX_THREADS = 1024  # intra-op threads of one process: more is a typo, not a machine
+# Thread counts of one process. Every thread-count variable (``--threads`` included) is
+# refused above ``thread_limit()``: THREADS_PER_CORE threads a core this process may run on,
+# never above MAX_THREADS. More is a typo, not a machine: OMP_NUM_THREADS=100000 made torch
+# segfault at its first parallel region (-n 0: blamed on the case) and xdist workers die at
+# start (-n 2: a run left ``running`` with no result), before anything could say why.
+MAX_THREADS = 1024
+THREADS_PER_CORE = 64
+# The thread counts the libraries under torch read when they load (OpenMP, MKL, OpenBLAS,
+# numexpr, Accelerate); ``OMP_NUM_THREADS`` may be nested (``4,2``: 4 outer, 2 inner each).
+THREAD_COUNT_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OMP_THREAD_LIMIT",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
 MAX_RETRY_S = 24 * 3600.0  # CONVMATRIX_DB_RETRY_S: a day of retrying is already too long
 
 
@@ -75,14 +94,44 @@ def check_geometry_value(key: str, value: int) -> str | None:
     return None
 
 
+def thread_limit(cores: int | None = None) -> int:
+    """The most threads one process may be given: ``THREADS_PER_CORE`` a core it may run on
+    (its affinity mask), at most ``MAX_THREADS``."""
+    if cores is None:
+        affinity = getattr(os, "sched_getaffinity", None)
+        cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+    return min(MAX_THREADS, max(1, cores) * THREADS_PER_CORE)
+
+
 def check_threads(text: str) -> str | None:
     """Why ``text`` is not a thread policy (``--threads``, ``CONVMATRIX_THREADS``), or None."""
     value = text.strip().lower()
     if value in ("auto", "torch"):
         return None
-    if not value.isdigit() or not 1 <= int(value) <= MAX_THREADS:
-        return f"give auto, torch or a number of threads from 1 to {MAX_THREADS}"
+    limit = thread_limit()
+    if not value.isdigit() or not 1 <= int(value) <= limit:
+        return f"give auto, torch or a number of threads from 1 to {limit} (this machine's cap)"
     return None
+
+
+def check_thread_count(text: str, nested: bool = True) -> str | None:
+    """Why ``text`` is not a thread count a library should start with, or None; ``nested``:
+    OpenMP's ``4,2`` (4 outer threads, 2 inner each: their product counts)."""
+    parts = [part.strip() for part in text.split(",")] if nested else [text.strip()]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        return "give a whole number of threads >= 1" + (" (or nested: N,M)" if nested else "")
+    total = math.prod(int(part) for part in parts)
+    limit = thread_limit()
+    if total > limit:
+        return (
+            f"{total} threads a process is past this machine's cap of {limit} "
+            f"({THREADS_PER_CORE} a core, at most {MAX_THREADS})"
+        )
+    return None
+
+
+def _one_count(text: str) -> str | None:
+    return check_thread_count(text, nested=False)
 
 
 def _geometry(text: str) -> str | None:
@@ -216,6 +265,12 @@ VARIABLES: dict[str, Variable] = {
             "OMP_NUM_THREADS",
             "OpenMP's thread count: when set, each process of a run gets it (it beats --threads)",
             "runners.threads",
+            check_thread_count,
+        ),
+        *(
+            Variable(name, "a thread count a library under torch reads", "torch", _one_count)
+            for name in THREAD_COUNT_VARIABLES
+            if name != "OMP_NUM_THREADS"
         ),
         Variable(
             "OMP_WAIT_POLICY",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, create_engine, event, exc, pool
 from sqlalchemy.engine import URL, make_url
 
-from convmatrix.core.errors import ConvmatrixError, UsageError
+from convmatrix.core.errors import ConvmatrixError, InfrastructureError, UsageError
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -241,6 +241,7 @@ def write_connection(engine: Engine, *, foreign_keys: bool = False) -> Iterator[
 
 
 def connection_error(engine: Engine, err: Exception) -> ConvmatrixError:
-    """A one-line error naming the database (without its password) for a failed connection."""
+    """A one-line error naming the database (without its password) for a failed connection:
+    infrastructure (exit 3), as a server that went away under a run is, not a failing case."""
     reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
-    return ConvmatrixError(f"cannot use database {redact_url(engine.url)}: {reason}")
+    return InfrastructureError(f"cannot use database {redact_url(engine.url)}: {reason}")

@@ -35,6 +35,7 @@ class DatabaseStore:
         self.database = database
         self._writer: ResultWriter | None = None
         self._shard: Shard | None = None
+        self._run_status: str | None = None
 
     @property
     def engine(self) -> Engine:
@@ -107,9 +108,10 @@ class DatabaseStore:
         if writer is None or writer.run_id is None:
             return None
         if self._shard is not None:
-            writer.finish_shard(self._shard.index, status)
+            self._run_status = writer.finish_shard(self._shard.index, status)
         else:
             writer.finish_run(writer.run_id, status)
+            self._run_status = status
         if writer.failure is not None:
             return None  # the database cannot say: the account counts this session's
         try:
@@ -120,3 +122,6 @@ class DatabaseStore:
 
     def failure(self) -> str | None:
         return None if self._writer is None else self._writer.failure
+
+    def run_status(self) -> str | None:
+        return self._run_status

@@ -12,17 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from convmatrix.core.errors import NotJudgedError
 from convmatrix.db.database import Database
-from convmatrix.db.queries import load_results, resolve_run
 from convmatrix.db.run_store import DatabaseStore
 from convmatrix.reports.publish import write_run_report
-from convmatrix.reports.viewmodel import run_header
-from convmatrix.runners.account import RunAccount
+from convmatrix.runners.account import RunAccount, exit_status
 from convmatrix.runners.controller import Setup
 from convmatrix.runners.executors import Executor, make_executor
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.store import MemoryStore, RunStore
-from convmatrix.service.ci import JobSummary, job_summary_markdown, write_junit
+from convmatrix.runners.store import MemoryStore, RunStore, Shard
+from convmatrix.service.ci import RunProblem, write_junit
+from convmatrix.service.ci_report import CiOutputs, Found, write_ci_outputs
 from convmatrix.service.confirm import Confirmation
 from convmatrix.service.regressions import Regression
 from convmatrix.service.scan import ScanResult, scan_run
@@ -53,28 +53,27 @@ class RunEnd:
     junit: Path | None = None
     summary: Path | None = None
     fail_on: tuple[str, ...] = ()
+    shard: Shard | None = None  # this session ran one shard: it answers for its own cases
 
     @property
     def new_regressions(self) -> list[Regression]:
         """The regressions this run raised (new and reopened), less those a rerun found
-        flaky, plus the cases the machine had not judged that its rerun reproduced."""
+        flaky, plus the cases the machine had not judged that its rerun reproduced (a shard's:
+        of its own cases)."""
         if self.scan is None:
             return []
         flaky = {r.id for r in self.confirmation.flaky} if self.confirmation else set()
         reproduced = self.confirmation.reproduced if self.confirmation else []
-        return [r for r in self.scan.alerting if r.id not in flaky] + reproduced
+        return [
+            r for r in [*self.scan.alerting, *reproduced]
+            if r.id not in flaky and (self.shard is None or self.shard.owns(r.case_id))
+        ]  # fmt: skip
 
     @property
     def exit_code(self) -> int:
-        """The run's (0, 1, 3, 130); with ``--fail-on new-regressions`` 1 only for a new
-        regression (or a run that stopped early), so a failure already known passes CI; an
-        infrastructure failure (3) stays 3."""
-        code = self.account.exit_code
-        if "new-regressions" not in self.fail_on:
-            return code
-        if self.account.status != "finished" or code == 130:
-            return code or 1
-        return 1 if self.new_regressions else 0
+        """The run's (``runners.account.exit_status``: 0, 1, 3, 4, 130); with ``--fail-on
+        new-regressions`` 1 only for a new regression (or a run that stopped early)."""
+        return exit_status(self.account, self.fail_on, len(self.new_regressions))
 
 
 @dataclass
@@ -112,16 +111,27 @@ def execute(state: RunState) -> None:
     cache = state.setup.prepared.cache()  # says what the reference cache keeps, and damage
     with cache.watching() if cache is not None else contextlib.nullcontext():
         account = state.executor.run(state.setup)
-    state.end = RunEnd(account, fail_on=tuple(state.options.fail_on))
+    shard = state.options.sharding
+    state.end = RunEnd(account, fail_on=tuple(state.options.fail_on), shard=shard)
 
 
 def scan(state: RunState) -> None:
-    """Compare the run with its baseline: new regressions inserted, fixed ones closed."""
+    """Compare the run with its baseline: new regressions inserted, fixed ones closed. Not a
+    run that judged nothing (its skips would look like a kernel's new state), nor a sharded
+    run before its last shard reported (half a run is not the run: that shard scans it)."""
     if state.database is None or state.run_id is None or not state.options.scan:
         return
-    assert state.end is not None
-    with state.database.writing() as session:
-        state.end.scan = scan_run(session, state.run_id)
+    end = state.end
+    assert end is not None
+    account = end.account
+    if account.exit_code == NotJudgedError.exit_code:
+        end.scan = ScanResult(state.run_id, None, skipped="nothing judged")
+    elif account.shard and account.run_status != "finished":
+        why = f"shard {account.shard}: the run is not whole yet; its last shard scans it"
+        end.scan = ScanResult(state.run_id, None, skipped=why)
+    else:
+        with state.database.writing() as session:
+            end.scan = scan_run(session, state.run_id)
 
 
 def report(state: RunState) -> None:
@@ -136,30 +146,36 @@ def report(state: RunState) -> None:
 
 
 def ci_outputs(state: RunState) -> None:
-    """JUnit XML (``--junit``) and the CI job summary (``--summary``, GitHub's by default)."""
+    """JUnit XML (``--junit``) and the CI job summary (``--summary``, GitHub's by default)
+    of the run, or of this shard's cases (``service.ci_report``)."""
     options, end = state.options, state.end
     if (options.junit is None and options.summary is None) or state.run_id is None:
         return
     assert state.database is not None and end is not None
-    with state.database.reading() as session:
-        results = load_results(session, state.run_id)
-        header = run_header(resolve_run(session, state.run_id), state.database.url, results)
+    outputs = _outputs(options)
+    found = Found.of_scan(end.scan, end.new_regressions)
+    written = write_ci_outputs(
+        state.database, state.run_id, outputs, shard=end.shard, account=end.account, found=found
+    )
+    end.junit, end.summary = written.junit, written.summary
+
+
+def _outputs(options: RunOptions) -> CiOutputs:
+    return CiOutputs(options.junit, options.summary, options.base_url, options.min_judged,
+                     tuple(options.fail_on))  # fmt: skip
+
+
+def not_loaded(options: RunOptions, error: NotJudgedError) -> None:
+    """A kernel that could not be loaded judged nothing: its JUnit holds one ``error``
+    testcase saying so (never a pass, nor nothing at all), the summary its line."""
+    problem = RunProblem("nothing-judged", str(error))
+    name = f"{options.kernel or 'kernel'} (not recorded)"
     if options.junit is not None:
-        end.junit = write_junit(options.junit, header.title, results)
+        write_junit(options.junit, name, [], [problem])
     if options.summary is not None:
-        scan = end.scan
-        summary = JobSummary(
-            state.run_id, header.title, header.counts, results, recorded=scan is not None,
-            baseline_id=scan.baseline_id if scan else None,
-            alert_id=scan.alert_id if scan else None, raised=end.new_regressions,
-            known=len(scan.kept) if scan else 0, fixed=len(scan.fixed) if scan else 0,
-            explanation=scan.explanation if scan else [],
-        )  # fmt: skip
-        text = job_summary_markdown(summary, base_url=options.base_url)
         options.summary.parent.mkdir(parents=True, exist_ok=True)
-        with options.summary.open("a", encoding="utf-8") as out:  # GitHub appends steps
-            out.write(text)
-        end.summary = options.summary
+        with options.summary.open("a", encoding="utf-8") as out:
+            out.write(f"## convmatrix: {name} NOTHING JUDGED\n\n**{problem.message}**\n")
 
 
 Step = Callable[[RunState], None]
@@ -180,6 +196,9 @@ def walk(
         for name, step in steps:
             step(state)
             state.steps_done.append(name)
+    except NotJudgedError as error:  # the kernel did not load: say so where CI looks
+        not_loaded(options, error)
+        raise
     finally:
         if owned and database is not None:
             database.close()

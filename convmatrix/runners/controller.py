@@ -24,10 +24,10 @@ import torch
 from convmatrix.core import __version__
 from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores, discover, resolve_device
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import NotJudgedError, UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta, run_identity
-from convmatrix.kernels.interface.registry import KernelSpecError, load
-from convmatrix.runners.account import RunAccount, worst_failures
+from convmatrix.kernels.interface.registry import KernelLoadError, KernelSpecError, load
+from convmatrix.runners.account import DEFAULT_MIN_JUDGED, RunAccount, skip_reasons, worst_failures
 from convmatrix.runners.execute import Context
 from convmatrix.runners.options import RunOptions, parse_size
 from convmatrix.runners.progress import Progress
@@ -43,11 +43,14 @@ __all__ = ["Controller", "Prepared", "Setup", "load_kernel", "prepare", "run_met
 
 
 def load_kernel(spec: str | None) -> Any:
-    """The kernel a ``--kernel`` spec names; ``UsageError`` (exit 2) when it names none."""
+    """The kernel a ``--kernel`` spec names; ``UsageError`` (exit 2) when it names none,
+    ``NotJudgedError`` (exit 4) when it names one that could not be loaded."""
     if not spec:
         raise UsageError("--kernel is required (e.g. --kernel torch)")
     try:
         return load(spec)
+    except KernelLoadError as exc:
+        raise NotJudgedError(f"nothing judged: the kernel could not be loaded: {exc}") from exc
     except KernelSpecError as exc:
         raise UsageError(f"--kernel: {exc}") from exc
 
@@ -290,6 +293,7 @@ class Setup:
         progress = Progress(len(planned))
         shard = self.request.sharding
         controller = Controller(self.store, meta, planned, self.prepared.resume, progress, shard)
+        controller.min_judged = self.request.min_judged
         for workload in self.prepared.workloads.values():
             controller.known.update((c.id, c) for c in workload.cases if c.id in planned)
         return controller
@@ -373,6 +377,8 @@ class Controller:
         self.crashed_workers: Counter[str] = Counter()
         self.summary: RunAccount | None = None  # set once the run is closed
         self.known: dict[str, Case] = {}  # planned cases by id (``lost`` needs the case)
+        self.min_judged = DEFAULT_MIN_JUDGED  # the share of planned cases to judge to pass
+        self.infrastructure: str | None = None  # the machine failed under the run (exit 3)
 
     def record(self, result: CaseResult) -> bool:
         """Keep one result; False (and nothing kept) if the case already has one or the run
@@ -409,12 +415,13 @@ class Controller:
         ``interrupted``. Idempotent: a second call returns the first summary."""
         if self.summary is not None:
             return self.summary
+        interrupted = interrupted or self.infrastructure is not None
         if not interrupted:
             self._record_lost()
         complete = self.planned <= set(self.results)
         status = "finished" if complete and not interrupted else "interrupted"
         stored = self.store.finish(status)
-        failure = self.store.failure()  # the database refused: the results' journal
+        failure = self.store.failure() or self.infrastructure  # the database, the machine
         if failure is not None:
             status = "interrupted"
         session = Counter(r.outcome for r in self.results.values())
@@ -431,5 +438,8 @@ class Controller:
             retried=sum(1 for r in self.results.values() if r.retries),
             shard=str(self.shard) if self.shard else None,
             infrastructure=failure,
+            min_judged=self.min_judged,
+            skipped=skip_reasons(self.results.values()),
+            run_status=self.store.run_status() if self.shard else None,
         )
         return self.summary

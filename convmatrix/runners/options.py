@@ -23,6 +23,7 @@ from convmatrix.core.environment import check_environment
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import RUN_KINDS
 from convmatrix.core.verdict import RULES
+from convmatrix.runners.account import DEFAULT_MIN_JUDGED
 from convmatrix.runners.shards import parse_shard
 from convmatrix.runners.store import Shard
 from convmatrix.runners.threads import decide, export
@@ -36,6 +37,9 @@ __all__ = [
     "add_cli_options",
     "add_pytest_options",
     "check_device",
+    "check_share",
+    "parse_fail_on",
+    "summary_path",
     "worker_count",
 ]
 
@@ -190,6 +194,11 @@ class RunOptions:
         "--fail-on", default=[], action="append", metavar="CONDITION", pytest=False,
         help="new-regressions: exit 1 only when this run found a new regression",
     )  # fmt: skip
+    min_judged: float = _option(
+        "--min-judged", type=float, default=DEFAULT_MIN_JUDGED, metavar="FRACTION",
+        help="exit 4 (nothing judged) when fewer than this share of the planned cases got a "
+        "verdict (passed, failed, crashed; skips, timeouts, errors do not count) or none did",
+    )  # fmt: skip
     confirm: bool = _option(
         "--confirm", default=False, action="store_true", pytest=False,
         help="rerun the cases of new regressions: confirmed or flaky (flaky ones do not fail)",
@@ -233,6 +242,7 @@ class RunOptions:
         _check_choices(self)
         if self.shrink is not None and self.shrink < 2:
             raise UsageError(f"--shrink {self.shrink}: give a budget of at least 2 case runs")
+        check_share(self.min_judged)
         if self.max_cases is not None and self.max_cases < 1:
             raise UsageError(f"--max-cases {self.max_cases}: give a number of cases >= 1")
         if self.resume and self.no_db:
@@ -252,13 +262,8 @@ class RunOptions:
         sharding = self.sharding or parse_shard(self.shard, self.run_label)
         if sharding is not None and self.no_db:
             raise UsageError("--shard writes into a shared database; drop --no-db")
-        fail_on = [c.strip() for v in self.fail_on for c in v.split(",") if c.strip()]
-        unknown = [c for c in fail_on if c not in FAIL_ON]
-        if unknown:
-            raise UsageError(f"--fail-on {unknown[0]!r}: choose from {', '.join(FAIL_ON)}")
-        summary = self.summary
-        if summary is None and os.environ.get("GITHUB_STEP_SUMMARY"):
-            summary = Path(os.environ["GITHUB_STEP_SUMMARY"])
+        fail_on = parse_fail_on(self.fail_on)
+        summary = summary_path(self.summary)
         if self.no_db:
             needs = [n for n, v in (("--report", self.report), ("--junit", self.junit),
                      ("--summary", summary), ("--confirm", self.confirm),
@@ -276,6 +281,28 @@ class RunOptions:
             summary=summary,
             base_url=self.base_url or os.environ.get("CONVMATRIX_BASE_URL") or None,
         )
+
+
+def check_share(min_judged: float) -> None:
+    """``--min-judged``: a share of the planned cases, 0 to 1."""
+    if not (math.isfinite(min_judged) and 0 <= min_judged <= 1):
+        raise UsageError(f"--min-judged {min_judged}: give a share from 0 to 1 (e.g. 0.9)")
+
+
+def parse_fail_on(values: list[str]) -> list[str]:
+    """``--fail-on`` values (repeated or comma-separated), each one of FAIL_ON."""
+    fail_on = [c.strip() for v in values for c in v.split(",") if c.strip()]
+    unknown = [c for c in fail_on if c not in FAIL_ON]
+    if unknown:
+        raise UsageError(f"--fail-on {unknown[0]!r}: choose from {', '.join(FAIL_ON)}")
+    return fail_on
+
+
+def summary_path(given: Path | None) -> Path | None:
+    """``--summary``, else the CI's job summary file (``$GITHUB_STEP_SUMMARY``) when set."""
+    if given is None and os.environ.get("GITHUB_STEP_SUMMARY"):
+        return Path(os.environ["GITHUB_STEP_SUMMARY"])
+    return given
 
 
 def check_device(device: str) -> None:

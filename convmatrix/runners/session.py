@@ -19,6 +19,7 @@ import torch
 
 from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores
+from convmatrix.core.errors import machine_fault
 from convmatrix.core.records import CaseResult
 from convmatrix.runners.controller import Controller, Prepared, Setup
 from convmatrix.runners.options import RunOptions
@@ -137,9 +138,13 @@ class ControllerPlugin:
             node = getattr(report, "node", None)
             worker = getattr(getattr(node, "gateway", None), "id", None)
             self.controller.crashed(case, worker, str(report.longrepr))
-        elif report.failed and report.when in ("setup", "teardown"):
+        elif report.failed and report.when in ("setup", "teardown", "call"):
+            # a call that failed without a result raised outside the case's guard: the harness
             text = f"{report.when} failed: {report.longreprtext[-2000:]}"
             self.controller.record(CaseResult(case=case, outcome="error", message=text))
+            fault = machine_fault(report.longreprtext)
+            if fault is not None:  # not the kernel's: the run ends with exit 3
+                self.controller.infrastructure = fault
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:

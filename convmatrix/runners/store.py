@@ -91,6 +91,11 @@ class RunStore(Protocol):
         then ends ``interrupted`` with the infrastructure exit status."""
         ...
 
+    def run_status(self) -> str | None:
+        """The run's status once ``finish`` closed this session: a shard's run stays
+        ``running`` until its last shard reports; None when nothing is kept."""
+        ...
+
 
 class MemoryStore:
     """Keeps nothing: the summary counts this session's results (``--no-db``)."""
@@ -119,4 +124,7 @@ class MemoryStore:
         return None
 
     def failure(self) -> str | None:
+        return None
+
+    def run_status(self) -> str | None:
         return None

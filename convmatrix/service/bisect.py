@@ -3,9 +3,17 @@
 Each step is a one-case ``convmatrix run`` (the case by id, the kernel imported from the
 checkout under test, the commit given explicitly) recorded as a side run labelled
 ``bisect:<sha>``, so every step can be looked at afterwards. A step's exit status is the run's
-(0 good, 1 bad); a build command that fails, or a run that cannot start (exit 2: the kernel
-does not import at that commit), is 125, which ``git bisect`` skips. The repository is left
-as it was found (``git bisect reset``).
+verdict: 0 good, 1 bad. A step that judged nothing is skipped (125), never good nor bad: a
+build command that fails, a run that cannot start (2), a kernel that did not load or a case
+that got no verdict (4: ``runners.account``; a timeout or harness error included). An
+infrastructure failure (3) or an interrupt (130) aborts the bisection (git's 128).
+
+Only judged commits are named. Both endpoints are judged first (``--good`` must pass, ``--bad``
+fail), and the first bad commit git reports must have been judged bad with a parent judged
+good; otherwise, and whenever git is left with skipped commits only, the bisection ends
+*cannot decide* (``core.errors.NotJudgedError``, exit 4) with the reason and the commits it
+could be. The repository is left as it was found (``git bisect reset``, the branch checked
+out again).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from convmatrix.core.errors import UsageError
+from convmatrix.core.errors import InfrastructureError, NotJudgedError, UsageError
 from convmatrix.db.database import Database
 from convmatrix.db.models import Run
 from convmatrix.db.queries import resolve_run
@@ -40,7 +48,12 @@ __all__ = [
 ]
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
-_STEP = re.compile(r"^convmatrix-bisect: ([0-9a-f]{40}) (\w+) (\d+)$", re.MULTILINE)
+_CANDIDATES = re.compile(r"^The first bad commit could be any of:\n((?:[0-9a-f]{40}\n?)+)", re.M)
+_STEP = re.compile(r"^convmatrix-bisect: ([0-9a-f]{40}) (\w+) (\d+)(?: (\d+))?$", re.MULTILINE)
+ABORT = 128  # what a step exits with to stop git bisect run (it aborts on 128 and above)
+# A run's exit status (core.errors.EXIT_CODES) as a step's reason when it is not a verdict.
+_NOT_A_VERDICT = {2: "run could not start", 3: "infrastructure failure", 4: "nothing judged",
+                  130: "interrupted"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -61,14 +74,35 @@ class BisectRequest:
 class BisectStep:
     commit: str
     stage: str  # "build" (its failure) or "run"
-    exit_code: int  # as git bisect saw it: 0 good, 1 bad, 125 skipped
+    exit_code: int  # as git bisect saw it: 0 good, 1 bad, 125 skipped, 128 aborted
+    run_exit: int | None = None  # the run's own status (4 nothing judged, 3 infrastructure)
+    endpoint: str | None = None  # "--good" or "--bad": judged before the bisection
+
+    @property
+    def verdict(self) -> str:
+        """good, bad or skipped, with why a step was not judged."""
+        verdict = {0: "good", 1: "bad", ABORT: "aborted"}.get(self.exit_code, "skipped")
+        why = "build failed" if self.stage == "build" else _NOT_A_VERDICT.get(self.run_exit or 0)
+        if why is None and self.exit_code not in (0, 1):
+            why = f"exit {self.run_exit}"
+        return verdict + (f" ({why})" if why else "")
 
 
 @dataclass
 class BisectResult:
-    first_bad: str | None  # None when git bisect could not tell (every candidate skipped)
+    first_bad: str | None  # None: nothing named (cannot decide, or aborted)
     steps: list[BisectStep] = field(default_factory=list)
     log: str = ""
+    undecided: str | None = None  # why no judged commit can be named
+    candidates: list[str] = field(default_factory=list)  # what git could not tell apart
+    infrastructure: str | None = None  # a step's run failed under it: the bisection stopped
+
+    @property
+    def exit_code(self) -> int:
+        """0 a judged first bad commit, 3 aborted by infrastructure, 4 cannot decide."""
+        if self.infrastructure:
+            return InfrastructureError.exit_code
+        return 0 if self.first_bad else NotJudgedError.exit_code
 
 
 def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -100,15 +134,69 @@ def step_script(request: BisectRequest) -> str:
         f"{build}"
         f"PYTHONPATH={q(str(request.repo))}${{PYTHONPATH:+:$PYTHONPATH}} "
         f'{shlex.join(run)} --label "bisect:$sha" --commit "$sha"\n'
-        "rc=$?\n"
-        "case $rc in 0|1) ;; *) rc=125 ;; esac\n"
-        'echo "convmatrix-bisect: $sha run $rc"\n'
+        "status=$?\n"
+        f"case $status in 0|1) rc=$status ;; 3|130) rc={ABORT} ;; *) rc=125 ;; esac\n"
+        'echo "convmatrix-bisect: $sha run $rc $status"\n'
         "exit $rc\n"
     )
 
 
+def _steps(text: str, endpoint: str | None = None) -> list[BisectStep]:
+    return [
+        BisectStep(sha, stage, int(rc), int(raw) if raw else None, endpoint)
+        for sha, stage, rc, raw in _STEP.findall(text)
+    ]
+
+
+def _judge_endpoints(repo: Path, script: Path, good: str, bad: str) -> list[BisectStep]:
+    """Run the step at ``--good`` and ``--bad`` (git bisect trusts both unjudged), then check
+    out what was checked out before."""
+    head = git(repo, "symbolic-ref", "-q", "--short", "HEAD", check=False).stdout.strip()
+    head = head or git(repo, "rev-parse", "HEAD").stdout.strip()
+    steps: list[BisectStep] = []
+    try:
+        for flag, sha in (("--good", good), ("--bad", bad)):
+            git(repo, "checkout", "-q", "--detach", sha)
+            done = subprocess.run([str(script)], cwd=repo, capture_output=True, text=True)
+            found = _steps(done.stdout, flag)
+            steps += found or [BisectStep(sha, "run", 125, done.returncode, flag)]
+            if steps[-1].exit_code == ABORT:
+                break
+    finally:
+        git(repo, "checkout", "-q", head, check=False)
+    return steps
+
+
+def _endpoint_problem(steps: list[BisectStep]) -> str | None:
+    """Why the endpoints do not bound a bisection: ``--good`` must pass, ``--bad`` fail."""
+    for step, wanted in zip(steps, ("good", "bad"), strict=False):
+        if not step.verdict.startswith(wanted):
+            return f"{step.endpoint} {step.commit[:12]} is {step.verdict}, not {wanted}"
+    return None
+
+
+def _verified(result: BisectResult, repo: Path) -> BisectResult:
+    """Keep git's first bad commit only when the steps judged it bad and a parent of it good;
+    else say why the bisection cannot decide."""
+    found = result.first_bad
+    if found is None:
+        shown = ", ".join(c[:12] for c in result.candidates) or "none"
+        result.undecided = f"only commits that judged nothing are left; it is one of: {shown}"
+        return result
+    judged = {s.commit: s.exit_code for s in result.steps}
+    parents = git(repo, "rev-list", "--parents", "-n", "1", found).stdout.split()[1:]
+    if judged.get(found) != 1:
+        result.undecided = f"git named {found[:12]}, which no step judged bad"
+    elif not any(judged.get(p) == 0 for p in parents):
+        result.undecided = f"git named {found[:12]}, but no parent of it was judged good"
+    if result.undecided:
+        result.candidates, result.first_bad = [found], None
+    return result
+
+
 def bisect(request: BisectRequest) -> BisectResult:
-    """Run ``git bisect`` between ``good`` and ``bad`` in ``repo``; the first bad commit."""
+    """Run ``git bisect`` between ``good`` and ``bad`` in ``repo`` (both judged first); the
+    first bad commit, or why none can be named."""
     repo = request.repo.resolve()
     if not repo.is_dir() or git(repo, "rev-parse", "--git-dir", check=False).returncode:
         raise UsageError(f"--repo {request.repo}: not a git repository")
@@ -120,15 +208,33 @@ def bisect(request: BisectRequest) -> BisectResult:
         script = Path(tmp) / "step.sh"
         script.write_text(step_script(replace(request, repo=repo)))
         script.chmod(0o755)
+        endpoints = _judge_endpoints(repo, script, good, bad)
+        problem = _endpoint_problem(endpoints)
+        if problem:
+            return _stopped(BisectResult(None, endpoints, undecided=problem))
         git(repo, "bisect", "start", bad, good)
         try:
             done = git(repo, "bisect", "run", str(script), check=False)
         finally:
             git(repo, "bisect", "reset", check=False)
     log = done.stdout + done.stderr
-    steps = [BisectStep(sha, stage, int(rc)) for sha, stage, rc in _STEP.findall(log)]
     found = _FIRST_BAD.search(log)
-    return BisectResult(first_bad=found.group(1) if found else None, steps=steps, log=log)
+    listed = _CANDIDATES.search(log)
+    result = BisectResult(
+        first_bad=found.group(1) if found else None, steps=endpoints + _steps(log), log=log,
+        candidates=listed.group(1).split() if listed else [],
+    )  # fmt: skip
+    stopped = _stopped(result)
+    return stopped if stopped.infrastructure else _verified(result, repo)
+
+
+def _stopped(result: BisectResult) -> BisectResult:
+    """A step aborted by an infrastructure failure or an interrupt stops the bisection."""
+    aborted = next((s for s in result.steps if s.exit_code == ABORT), None)
+    if aborted is not None:
+        result.first_bad, result.undecided = None, None
+        result.infrastructure = f"the step at {aborted.commit[:12]} was {aborted.verdict}"
+    return result
 
 
 @dataclass(frozen=True)

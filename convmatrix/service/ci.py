@@ -5,11 +5,18 @@ the failing outputs with their usage and what was allowed, the failed properties
 the verdict's lines; any character XML cannot hold (a kernel's ANSI colours) is escaped, so a
 kernel's words never make the file unreadable.
 
+What a run could not judge is not a pass: a run that judged nothing (the kernel did not load,
+too few cases got a verdict: ``runners.account``) and a sharded run missing shards each add
+an ``error`` testcase of their own (``RunProblem``, classname ``convmatrix.run``), never a
+skipped one, and a line at the top of the summary. A shard's outputs hold its own cases only;
+the whole run's are ``convmatrix ci-report RUN``'s (``service.ci_report``).
+
 The job summary goes where GitHub Actions reads it (``$GITHUB_STEP_SUMMARY``), which takes at
 most 1 MiB per step: it is written within ``SUMMARY_LIMIT`` bytes, every list cut with a line
 saying how many were left out and where to see them. It names the regressions this run raised
 (new and reopened) with their detail, why they fail (the alert's explanation), and every other
-failing case of the run (known failures), each case once.
+failing case of the run (known failures), each case once, and why cases were skipped (each
+reason with its count).
 """
 
 from __future__ import annotations
@@ -24,16 +31,46 @@ from convmatrix.core.sanitise import xml_safe
 from convmatrix.core.verdict import brief, describe
 from convmatrix.service.regressions import Regression
 
-__all__ = ["SUMMARY_LIMIT", "JobSummary", "job_summary_markdown", "junit_xml", "write_junit"]
+__all__ = [
+    "SUMMARY_LIMIT",
+    "JobSummary",
+    "RunProblem",
+    "job_summary_markdown",
+    "junit_xml",
+    "write_junit",
+]
 
 SUMMARY_LIMIT = 1024 * 1024 - 16 * 1024  # GitHub's 1 MiB, less room for other steps' lines
 
 
-def junit_xml(run_name: str, results: Sequence[CaseResult]) -> bytes:
+@dataclass(frozen=True)
+class RunProblem:
+    """Something wrong with the run as a whole, not with one case: ``kind`` is
+    ``nothing-judged`` or ``shards-missing``; ``message`` its one line."""
+
+    kind: str
+    message: str
+
+
+def _problem_cases(suite: ET.Element, problems: Sequence[RunProblem]) -> None:
+    for problem in problems:
+        element = ET.SubElement(suite, "testcase", classname="convmatrix.run", name=problem.kind)
+        child = ET.SubElement(element, "error", message=xml_safe(problem.message[:500]))
+        child.set("type", problem.kind)
+        child.text = xml_safe(problem.message)
+
+
+def junit_xml(
+    run_name: str, results: Sequence[CaseResult], problems: Sequence[RunProblem] = ()
+) -> bytes:
     """One ``testsuite`` with a ``testcase`` per case: failed and bad outcomes are failures
-    (crashed, timeout and error as ``error``) whose text is the verdict's; skips skipped."""
-    suite = ET.Element("testsuite", name=xml_safe(run_name), tests=str(len(results)))
+    (crashed, timeout and error as ``error``) whose text is the verdict's; skips skipped; and
+    one ``error`` testcase per problem of the whole run."""
+    tests = len(results) + len(problems)
+    suite = ET.Element("testsuite", name=xml_safe(run_name), tests=str(tests))
     counts = dict.fromkeys(("failures", "errors", "skipped"), 0)
+    counts["errors"] = len(problems)
+    _problem_cases(suite, problems)
     total_s = 0.0
     for result in results:
         case = result.case
@@ -63,10 +100,12 @@ def junit_xml(run_name: str, results: Sequence[CaseResult]) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def write_junit(path: Path, run_name: str, results: Sequence[CaseResult]) -> Path:
+def write_junit(
+    path: Path, run_name: str, results: Sequence[CaseResult], problems: Sequence[RunProblem] = ()
+) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(junit_xml(run_name, results))
+    path.write_bytes(junit_xml(run_name, results, problems))
     return path
 
 
@@ -78,13 +117,28 @@ class JobSummary:
     title: str
     counts: dict[str, int]
     results: Sequence[CaseResult]  # the run's, to name its failing cases
-    recorded: bool = True  # False: --no-db, nothing compared
+    recorded: bool = True  # False: not scanned (a shard of a half run, nothing judged)
     baseline_id: int | None = None
     alert_id: int | None = None
     raised: list[Regression] = field(default_factory=list)  # new and reopened
     known: int = 0  # regressions already open that the run still shows
     fixed: int = 0
     explanation: list[str] = field(default_factory=list)  # why the raised ones fail
+    problems: list[RunProblem] = field(default_factory=list)  # nothing judged, shards missing
+    skipped: dict[str, int] = field(default_factory=dict)  # skip reason -> cases
+    scope: str | None = None  # what part of the run this is (a shard: its own cases only)
+
+    @property
+    def headline(self) -> str:
+        """PASSED, FAILED, NOTHING JUDGED or INCOMPLETE, in the order exit statuses take."""
+        kinds = {p.kind for p in self.problems}
+        if any(self.counts.get(o) for o in ("failed", "crashed")):
+            return "FAILED"
+        if "nothing-judged" in kinds:
+            return "NOTHING JUDGED"
+        if "shards-missing" in kinds:
+            return "INCOMPLETE"
+        return "FAILED" if any(self.counts.get(o) for o in BAD_OUTCOMES) else "PASSED"
 
 
 def _cell(text: str) -> str:
@@ -117,18 +171,19 @@ def job_summary_markdown(
 ) -> str:
     """The markdown job summary of one run, at most ``limit`` bytes in UTF-8."""
     run_id, counts = summary.run_id, summary.counts
-    bad = sum(counts.get(o, 0) for o in BAD_OUTCOMES)
     head = [
-        f"## convmatrix: {_link(base_url, f'/runs/{run_id}', summary.title)} "
-        f"{'FAILED' if bad else 'PASSED'}",
+        f"## convmatrix: {_link(base_url, f'/runs/{run_id}', summary.title)} {summary.headline}",
         "",
+        *(f"**{_cell(p.message)}**" for p in summary.problems),
+        *([""] if summary.problems else []),
+        *([summary.scope, ""] if summary.scope else []),
         "| " + " | ".join(OUTCOMES) + " |",
         "|" + "---|" * len(OUTCOMES),
         "| " + " | ".join(str(counts.get(o, 0)) for o in OUTCOMES) + " |",
         "",
     ]
     if not summary.recorded:
-        head.append("Not recorded: no regressions were looked for.")
+        head += ["Not scanned: no regressions were looked for.", ""]
     elif summary.baseline_id is None:
         head.append("No earlier run of this kernel, matrix and device: every failure is new.")
     else:
@@ -157,6 +212,10 @@ def job_summary_markdown(
         title = "Other failing cases" if summary.raised else "Failing cases"
         tail += [f"### {title} ({len(others)})", "", "| case | name | outcome | failure |",
                  "|---|---|---|---|", *_failure_rows(others, base_url), ""]  # fmt: skip
+    if summary.skipped:
+        rows = [f"| {n} | {_cell(why)} |" for why, n in summary.skipped.items()]
+        total = sum(summary.skipped.values())
+        tail += [f"### Skipped cases ({total})", "", "| cases | why |", "|---|---|", *rows, ""]
     return _within(head, tail, limit, base_url, run_id)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from convmatrix.kernels.interface.protocol import Kernel
 
-__all__ = ["KernelInfo", "KernelSpecError", "list_kernels", "load"]
+__all__ = ["KernelInfo", "KernelLoadError", "KernelSpecError", "list_kernels", "load"]
 
 GROUP = "convmatrix.kernels"
 
@@ -37,6 +37,13 @@ _BUILTIN = {
 
 class KernelSpecError(LookupError):
     """A --kernel SPEC names nothing loadable; the message says what was tried."""
+
+
+class KernelLoadError(KernelSpecError):
+    """The SPEC names a kernel that exists but could not be loaded: its module raised while
+    importing (a dependency missing, a Triton without ``tl.make_block_ptr``) or making the
+    kernel raised. Not a typo: a kernel that judged nothing (exit 4), which ``bisect`` skips
+    at that commit rather than calling it bad."""
 
 
 def _registered() -> dict[str, str]:
@@ -72,7 +79,7 @@ def _instantiate(obj: Any, spec: str) -> Kernel:
         try:
             obj = obj()
         except Exception as exc:
-            raise KernelSpecError(
+            raise KernelLoadError(
                 f"{spec!r}: making the kernel raised {type(exc).__name__}: {exc}"
             ) from exc
     if not isinstance(obj, Kernel):
@@ -128,8 +135,12 @@ def _import_attr(target: str, spec: str) -> Any:
     module_name = MOVED_MODULES.get(module_name, module_name)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise KernelSpecError(f"cannot import {module_name!r} for kernel {spec!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # the module's own code raised, whatever it raised
+        missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+        named = missing is not None and (module_name + ".").startswith(missing + ".")
+        error = KernelSpecError if named else KernelLoadError  # a typo, or a broken kernel
+        why = f"{type(exc).__name__}: {exc}" if error is KernelLoadError else str(exc)
+        raise error(f"cannot import {module_name!r} for kernel {spec!r}: {why}") from exc
     obj: Any = module
     for part in attr.split("."):
         try:

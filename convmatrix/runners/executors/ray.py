@@ -22,6 +22,13 @@
   ``retry_reason``); beyond that it is recorded as ``lost`` (an infrastructure outcome, not
 the kernel's) with the reason ``lost node``.
   When no device is left the run stops ``interrupted`` and ``--resume RUN`` completes it.
+- **The cluster itself failing is infrastructure** (exit 3, one line). ``--address`` is
+  probed first with a TCP connection of ``CONNECT_TIMEOUT_S``: ``ray.init`` waits minutes
+  for a GCS that is not there (its C++ client retries; no Python signal reaches it), so a
+  closed port or a host that does not answer ends here within seconds. The run is recorded
+  before any actor is asked for anything: an actor on a node that died but is still listed
+  (``ActorDiedError`` while actors start) ends the run ``interrupted``, recorded, and
+  ``--resume`` completes it.
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ LOST = "lost node"  # the reason of an exhausted case (outcome ``lost``; see the
 # job, and a niced case starves behind anything else on the host (docs/deploy.md).
 UNNICED = {"worker_niceness": 0}  # the _system_config of a cluster the executor starts
 UNAVAILABLE = "unavailable: ray is not installed (pip install 'convmatrix[ray]')"
+CONNECT_TIMEOUT_S = 10.0  # the TCP probe of --address; a cluster answers in milliseconds
+ACTORS_START_S = 300.0  # actors placed and bound; beyond, a node is taken for gone
 
 
 def import_ray() -> Any:
@@ -151,25 +160,19 @@ class RayExecutor:
     def run(self, setup: Setup) -> RunAccount:
         ray = import_ray()
         request = setup.request
-        kind = setup.prepared.device.type
-        resource = RESOURCES[kind]
+        resource = RESOURCES[setup.prepared.device.type]
         try:
             started = self._connect(ray, request, resource)
         except (ConnectionError, ray.exceptions.RayError) as err:  # no cluster to run on
             raise InfrastructureError(f"--executor ray: cannot reach the cluster: {err}") from err
         actors: list[_Actor] = []
         driver: _Driver | None = None
-        try:
-            actors = self._actors(ray, setup, resource)
-        except BaseException:
-            _close(ray, actors)
-            if started:
-                ray.shutdown()
-            raise
-        setup.request = replace(request, workers=len(actors))  # the run's capacity, recorded
         controller: Controller | None = None
         try:
-            controller = setup.controller()
+            units = _units(ray, resource)
+            setup.request = replace(request, workers=units)  # the run's capacity, recorded
+            controller = setup.controller()  # the run recorded before any actor is needed
+            actors = self._actors(ray, setup, resource, units)
             print(f"convmatrix: {len(controller.planned)} cases on {len(actors)} device actors")
             driver = _Driver(ray, setup, controller, actors, self.batch)
             summary = controller.finish(driver.drive())
@@ -184,7 +187,7 @@ class RayExecutor:
                 summary = controller.finish(True)
                 again = f" (run {summary.run_id}: --resume runs the rest)"
             raise InfrastructureError(
-                f"the Ray cluster failed under the run{again}: {lost}"
+                f"the Ray cluster failed under the run{again}: {type(err).__name__}: {lost}"
             ) from err
         finally:
             if controller is not None:
@@ -204,6 +207,7 @@ class RayExecutor:
         if ray.is_initialized():
             return False
         if self.address:
+            _reachable(self.address, CONNECT_TIMEOUT_S)
             ray.init(address=self.address, **options)
         else:
             from convmatrix.core.devices import cpu_cores, discover
@@ -215,20 +219,14 @@ class RayExecutor:
         return True
 
     @staticmethod
-    def _actors(ray: Any, setup: Setup, resource: str) -> list[_Actor]:
+    def _actors(ray: Any, setup: Setup, resource: str, units: int) -> list[_Actor]:
         """One actor per unit of ``resource`` in the cluster, numbered per node and bound."""
-        units = int(ray.cluster_resources().get(resource, 0))
-        if units < 1:
-            raise UsageError(
-                f"--executor ray: no node of the cluster declares the resource {resource!r}; "
-                f"start nodes with --resources '{{\"{resource}\": N}}' (docs/deploy.md)"
-            )
         remote = ray.remote(DeviceWorker).options(
             resources={resource: 1}, num_cpus=0, max_restarts=0, max_task_retries=0
         )
         handover = setup.prepared.handover()
         handles = [remote.remote(handover) for _ in range(units)]
-        places = ray.get([h.where.remote() for h in handles])
+        places = ray.get([h.where.remote() for h in handles], timeout=ACTORS_START_S)
         per_node: Counter[str] = Counter()
         per_host = Counter(host for _, host, _ in places)
         _warn_if_niced(sorted({host for _, host, nice in places if nice > 0}))
@@ -240,8 +238,37 @@ class RayExecutor:
             name = f"ray:{node[:8]}:{index}"  # node and device; the host has its own column
             binds.append(handle.bind.remote(index, per_host[host], name))
             actors.append(_Actor(handle, name, node))
-        ray.get(binds)
+        ray.get(binds, timeout=ACTORS_START_S)
         return actors
+
+
+def _units(ray: Any, resource: str) -> int:
+    """The units of ``resource`` the cluster declares (a device actor each)."""
+    units = int(ray.cluster_resources().get(resource, 0))
+    if units < 1:
+        raise UsageError(
+            f"--executor ray: no node of the cluster declares the resource {resource!r}; "
+            f"start nodes with --resources '{{\"{resource}\": N}}' (docs/deploy.md)"
+        )
+    return units
+
+
+def _reachable(address: str, timeout_s: float) -> None:
+    """``InfrastructureError`` unless something accepts a TCP connection at ``address``
+    (``HOST:PORT``, ``ray://HOST:PORT``) within ``timeout_s``; ``auto`` is Ray's to find."""
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout_s):
+            pass
+    except OSError as err:
+        raise InfrastructureError(
+            f"--executor ray --address {address}: nothing answers there within "
+            f"{timeout_s:g} s ({err.strerror or err}); start the cluster (ray start --head) "
+            "or give the head node's address"
+        ) from None
 
 
 def _warn_if_niced(hosts: list[str]) -> None:

@@ -95,6 +95,9 @@ def _summary(code: Any, summary: RunAccount | None) -> RunAccount:
         raise UsageError("pytest refused the run (its message is above)")
     if summary is None:  # the executor failed under the run: infrastructure (exit 3)
         raise InfrastructureError(f"the run ended before it was recorded (pytest exit {int(code)})")
+    if code == pytest.ExitCode.INTERNAL_ERROR:  # pytest or xdist failed, not a case: exit 3
+        kept = f"run {summary.run_id} kept: --resume runs the rest; " if summary.run_id else ""
+        raise InfrastructureError(f"the executor failed under the run ({kept}INTERNALERROR above)")
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("convmatrix run: nothing to run (every selected case already has a result)")
     return summary
