@@ -198,6 +198,21 @@ def test_bug_one_fixed_then_bug_two_on_the_same_case_keeps_both_causes(sqlite_ur
     engine.dispose()
 
 
+def test_a_run_that_judged_nothing_is_no_baseline(db_url):
+    """A nightly whose kernel did not load (every case skipped) sits between a good run and a
+    broken one: the broken run is compared with the good run, not with the skips (against
+    which its failures would be "new" for a wrong reason, and its fixes invisible)."""
+    engine = open_database(db_url)
+    good = _run(engine, False, "1" * 40)
+    skipped = [CaseResult(r.case, "skipped", message="kernel did not load")
+               for r in synthetic_results(N, extras=False)]  # fmt: skip
+    write_run(engine, skipped, commit="2" * 40)
+    scan = _scan(engine, _run(engine, True, "3" * 40))
+    assert scan.baseline_id == good
+    assert {r.case_id for r in scan.new} == BROKEN
+    engine.dispose()
+
+
 def test_side_runs_are_neither_scanned_nor_baselines(sqlite_url):
     engine = open_database(sqlite_url)
     good = _run(engine, False, "1" * 40)

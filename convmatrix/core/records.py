@@ -20,6 +20,7 @@ from convmatrix.core.sanitise import clean_text
 
 __all__ = [
     "BAD_OUTCOMES",
+    "JUDGED",
     "OUTCOMES",
     "RUN_KINDS",
     "CaseResult",
@@ -39,6 +40,9 @@ __all__ = [
 OUTCOMES = ("passed", "failed", "skipped", "crashed", "timeout", "error", "lost")
 # Outcomes that fail a run; "skipped" is neither good nor bad.
 BAD_OUTCOMES = ("failed", "crashed", "timeout", "error", "lost")
+# The kernel's verdicts (a crash included: a kernel that kills its process was judged);
+# every other outcome judged nothing (``runners.account``: a run that judged too few ends 4).
+JUDGED = ("passed", "failed", "crashed")
 # What a run is for: only plain runs (``run``) are baselines, ``latest``, history points and
 # index rows by default; the others are made to judge something else.
 RUN_KINDS = ("run", "confirm", "bisect", "adequacy", "explore", "shrink")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import and_, or_, select
 
 from convmatrix.core.errors import UsageError
-from convmatrix.core.records import BAD_OUTCOMES, CaseResult
+from convmatrix.core.records import BAD_OUTCOMES, JUDGED, CaseResult
 from convmatrix.db import (
     RunInfo,
     case_counts,
@@ -74,8 +74,10 @@ def previous_run(session: Reader, run: RunInfo) -> RunInfo | None:
 def earlier_runs(session: Reader, run: RunInfo, limit: int) -> list[RunInfo]:
     """Up to ``limit`` plain runs before ``run`` of the same kernel, matrix and device kind,
     newest first (a run's baseline, the history a timing is judged against); confirm, bisect
-    and adequacy runs are never a baseline."""
+    and adequacy runs are never a baseline, nor a run that judged nothing (a kernel that did
+    not load: its skips would make the next real run's failures look new, or hide them)."""
     r = runs.c
+    judged = sum((r[f"n_{outcome}"] for outcome in JUDGED[1:]), r[f"n_{JUDGED[0]}"])
     rows = session.scalars(
         select(r.id)
         .where(
@@ -83,6 +85,7 @@ def earlier_runs(session: Reader, run: RunInfo, limit: int) -> list[RunInfo]:
             r.kernel == run.kernel,
             r.matrix == run.matrix,
             r.device_kind == run.device_kind,
+            judged > 0,
             or_(
                 r.started_at < run.started_at,
                 and_(r.started_at == run.started_at, r.id < run.id),

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from convmatrix.core.errors import InfrastructureError, NotJudgedError
-from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
+from convmatrix.core.records import BAD_OUTCOMES, JUDGED, OUTCOMES, CaseResult
 from convmatrix.core.sanitise import terminal_safe
 from convmatrix.core.verdict import case_severity, describe
 
@@ -40,8 +40,6 @@ __all__ = [
     "worst_failures",
 ]
 
-# The kernel's verdicts (see the module's text); every other outcome judged nothing.
-JUDGED = ("passed", "failed", "crashed")
 JUDGED_BAD = ("failed", "crashed")
 # The share of planned cases a run must judge. Low on purpose: a kernel's declared gaps
 # are skips (fla lacks ~5% of nightly, a forward-only vLLM-style kernel ~70% of smoke, which
