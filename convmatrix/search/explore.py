@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from convmatrix.core.case import Case
-from convmatrix.core.errors import InfrastructureError
+from convmatrix.core.errors import InfrastructureError, NotJudgedError
 from convmatrix.matrix.build import case_elements
 from convmatrix.search.space import CaseSpace, Drawn, case_entry, matrix_text
 from convmatrix.search.stop import BudgetSpent
@@ -163,13 +163,17 @@ class ExploreReport:
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, 3 an infrastructure fault, else 1 when a failure was found, 0
-        when none was (``core.errors.EXIT_CODES``)."""
+        """130 interrupted, 3 an infrastructure fault, 1 when a failure was found, 4 when no
+        case got a verdict at all (a kernel that hangs on every call, cut at the budget's
+        end in process: "found nothing" would be a green that judged nothing), else 0
+        (``core.errors.EXIT_CODES``)."""
         if self.interrupted:
             return 130
         if self.fault is not None:
             return InfrastructureError.exit_code
-        return 1 if self.failures else 0
+        if self.failures:
+            return 1
+        return NotJudgedError.exit_code if self.cases == 0 else 0
 
 
 class _Cost:
