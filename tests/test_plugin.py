@@ -11,6 +11,7 @@ import pytest
 from runner_helpers import TINY, TINY_L7, child_env, pytest_cmd, results, run, runs, tiny_copy
 from sqlalchemy import create_engine, text
 
+from convmatrix.core.errors import NotJudgedError
 from convmatrix.matrix import expand_matrix, load_matrix
 
 
@@ -117,6 +118,18 @@ def test_plain_pytest_selects_cases_and_skips_with_reasons(tmp_path):
     stored = {r.case.id: r for r in results(url, info.id)}
     assert {k: r.outcome for k, r in stored.items()} == {update.id: "passed", fwd[0].id: "skipped"}
     assert stored[update.id].worker == "main" and info.n_planned == 2
+
+
+def test_plain_pytest_that_judged_nothing_is_not_green(tmp_path):
+    """Every selected case skipped (the kernel lacks what they need): pytest alone would say
+    0; ``pytest --matrix`` ends with convmatrix's "nothing judged" status instead."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    cases = expand_matrix(load_matrix(str(TINY))).cases
+    fwd = [c for c in cases if c.op == "fwd_bwd"]
+    args = ["--matrix", str(TINY), "--kernel", "bad_kernels:ForwardOnly", "--db", url]
+    done = run(pytest_cmd(*args, "--case", fwd[0].pytest_id), tmp_path)
+    assert done.returncode == NotJudgedError.exit_code, done.stdout + done.stderr
+    assert "1 skipped" in done.stdout
 
 
 def test_usage_errors_and_staying_out_of_ordinary_suites(tmp_path):

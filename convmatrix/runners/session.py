@@ -19,7 +19,7 @@ import torch
 
 from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores
-from convmatrix.core.errors import machine_fault
+from convmatrix.core.errors import NotJudgedError, machine_fault
 from convmatrix.core.records import CaseResult
 from convmatrix.runners.controller import Controller, Prepared, Setup
 from convmatrix.runners.options import RunOptions
@@ -157,6 +157,10 @@ class ControllerPlugin:
         signalled = exitstatus == pytest.ExitCode.INTERRUPTED
         summary = self.controller.finish(signalled or bool(session.shouldstop), signalled)
         self.config.hook.pytest_convmatrix_finished(config=self.config, summary=summary)
+        if exitstatus == pytest.ExitCode.OK and summary.exit_code == NotJudgedError.exit_code:
+            # Every case skipped is green to pytest; ``pytest --matrix`` in a CI job must not
+            # pass on it: the session ends with convmatrix's "nothing judged" status.
+            session.exitstatus = NotJudgedError.exit_code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         summary = self.controller.summary

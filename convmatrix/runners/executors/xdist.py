@@ -91,10 +91,12 @@ class XdistExecutor:
 
 
 def _summary(code: Any, summary: RunAccount | None) -> RunAccount:
-    if code == pytest.ExitCode.USAGE_ERROR:
+    if summary is None and code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError("pytest refused the run (its message is above)")
     if summary is None:  # the executor failed under the run: infrastructure (exit 3)
         raise InfrastructureError(f"the run ended before it was recorded (pytest exit {int(code)})")
+    # With a summary, pytest's 4 is the session's "nothing judged" (``session``), which the
+    # account says itself: the account decides the exit status.
     if code == pytest.ExitCode.INTERNAL_ERROR:  # pytest or xdist failed, not a case: exit 3
         kept = f"run {summary.run_id} kept: --resume runs the rest; " if summary.run_id else ""
         raise InfrastructureError(f"the executor failed under the run ({kept}INTERNALERROR above)")
