@@ -1,19 +1,31 @@
 """The guards checked after every kernel call (runners.guards): the fast check agrees with the
 element-by-element one, a changed copy is what placing the changed values gives, damage is
-found and repaired; and the time between a process's cases is a phase of its own."""
+found and repaired, the torch path runs on copies of the placed inputs; and the time between
+a process's cases is a phase of its own."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
 import torch
 
+import convmatrix.runners.inputs as inputs_module
 from convmatrix.core.case import Case
 from convmatrix.kernels.builtin.framework import TorchKernel
-from convmatrix.runners.execute import Context, run_guarded
-from convmatrix.runners.guards import changed_copy, damage, intact, restore, runs
-from convmatrix.runners.inputs import place
+from convmatrix.kernels.interface.registry import load
+from convmatrix.runners.execute import Context, run_case, run_guarded
+from convmatrix.runners.guards import (
+    changed_copy,
+    damage,
+    fresh_copy,
+    intact,
+    keep_pristine,
+    restore,
+    runs,
+)
+from convmatrix.runners.inputs import build_forward, place
 
 CPU = torch.device("cpu")
 LAYOUTS = [("channel_first", None), ("channel_last", None), ("channel_first", "row_pad"),
@@ -84,3 +96,34 @@ def test_the_time_between_two_cases_is_the_second_ones_between_phase():
     second = run_guarded(b, ctx)
     assert 0.3 <= second.phases["between"] < 0.3 + first.duration_s + 5
     assert second.duration_s < sum(v for k, v in second.phases.items() if k != "between") + 1e-3
+
+
+def test_a_fresh_copy_holds_the_placed_inputs_in_storage_of_its_own():
+    case = Case("t", "fwd_bwd", 4, 6, 2, seqlen=9, layout="channel_last", gap="channel_slice",
+                initial_state="random")  # fmt: skip
+    inputs = build_forward(case, CPU)
+    keep_pristine(inputs)
+    copy = fresh_copy(inputs)
+    for a, b in zip(inputs.guarded(), copy.guarded(), strict=True):
+        assert b.base.data_ptr() != a.base.data_ptr() and b.view.stride() == a.view.stride()
+        assert torch.equal(b.view, a.values) and torch.equal(b.base.isnan(), a.base.isnan())
+
+
+def test_the_torch_path_runs_on_copies_not_on_a_second_draw():
+    """The torch path drew the case's tensors again (torch.randn: as much as the case's
+    inputs phase); now it copies the placed ones."""
+    case = Case("t", "fwd_bwd", 4, 6, 2, seqlen=9, initial_state="random", final_state=True,
+                dfinal="random")  # fmt: skip
+    code, draws = inputs_module._randn.__code__, []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            draws.append(frame.f_locals["stream"])
+
+    sys.setprofile(profile)
+    try:
+        result = run_case(case, Context(load("tiled")))
+    finally:
+        sys.setprofile(None)
+    assert result.outcome == "passed"
+    assert sorted(draws) == ["bias", "g", "q", "state", "weight", "x"]

@@ -29,7 +29,7 @@ from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.bounds import bound_of, usage_of, zero_floor
 from convmatrix.runners.defaults import ProcessState, note_changes, take_changes
-from convmatrix.runners.guards import keep_pristine
+from convmatrix.runners.guards import fresh_copy, keep_pristine
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
 from convmatrix.runners.interrupts import is_real_interrupt, kernel_crash_message
 from convmatrix.runners.invoke import (
@@ -160,8 +160,12 @@ def _expect_error(case: Case, ctx: Context) -> tuple[str, str]:
     return "failed", f"returned normally; expected a clean error ({why})"
 
 
-def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
-    """The torch path's outputs on fresh copies of the same values (None if it raised)."""
+def _framework_outputs(
+    case: Case, ctx: Context, own: dict, inputs: ForwardInputs | UpdateInputs
+) -> dict | None:
+    """The torch path's outputs on fresh copies of the same values (None if it raised):
+    copies of the case's placed inputs (``guards.fresh_copy``), or for an update, whose
+    slots follow each kernel's contract, drawn for the torch path."""
     memo = None if ctx.memo is None else ctx.memo.of(case)
     if memo is not None and memo.framework is not None:
         return memo.framework
@@ -169,7 +173,10 @@ def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
         fw: dict | None = own
     else:
         try:
-            fw_inputs = build_inputs(case, ctx.device, ctx.framework.capabilities)
+            if isinstance(inputs, ForwardInputs):
+                fw_inputs: ForwardInputs | UpdateInputs = fresh_copy(inputs)
+            else:
+                fw_inputs = build_inputs(case, ctx.device, ctx.framework.capabilities)
             fw = kernel_outputs(ctx.framework, case, fw_inputs)
         except KernelFault:
             fw = None
@@ -305,7 +312,7 @@ def _execute(case: Case, ctx: Context, result: CaseResult, phases: Phases) -> No
             with phases("properties"):
                 checks = _checks(case, ctx, inputs, got, result)
             with phases("framework"):
-                fw = _framework_outputs(case, ctx, got)
+                fw = _framework_outputs(case, ctx, got, inputs)
             result.outputs = _metrics(case, ctx, inputs, got, fw, phases, checks)
             with phases("properties"):
                 result.properties += checks.results()

@@ -10,6 +10,8 @@ account (``Guarded.gap_damage``, ``value_damage``) runs only when something was.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from convmatrix.core.contract import Capabilities
@@ -17,7 +19,16 @@ from convmatrix.core.records import PropertyResult
 from convmatrix.runners.inputs import ForwardInputs, Guarded, UpdateInputs
 from convmatrix.runners.inputs import _bits as bits  # the comparison value_damage makes
 
-__all__ = ["changed_copy", "check_guards", "damage", "intact", "keep_pristine", "restore", "runs"]
+__all__ = [
+    "changed_copy",
+    "check_guards",
+    "damage",
+    "fresh_copy",
+    "intact",
+    "keep_pristine",
+    "restore",
+    "runs",
+]
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
@@ -103,3 +114,23 @@ def changed_copy(g: Guarded, name: str, tokens: list[slice]) -> Guarded:
             for part in (view[..., t], values[..., t]):  # the same arithmetic on both
                 part.mul_(-2.0).add_(1.5)
     return Guarded(name, base, view.detach(), g.covered, values, base.clone())
+
+
+def fresh_copy(inputs: ForwardInputs) -> ForwardInputs:
+    """The case's inputs as they were placed, in new storage (contiguous copies of each
+    tensor's pristine storage): what another kernel (the torch path) runs on, drawn once.
+    Drawing them again cost as much as the case's own inputs phase (``torch.randn``)."""
+
+    def copy(g: Guarded | None) -> Guarded | None:
+        if g is None:
+            return None
+        base, v = g.pristine().clone(), g.view
+        view = base.as_strided(v.shape, v.stride(), v.storage_offset()).detach()
+        return Guarded(g.name, base, view, g.covered, g.values, g.pristine())
+
+    x, weight = copy(inputs.x), copy(inputs.weight)
+    assert x is not None and weight is not None
+    return dataclasses.replace(
+        inputs, x=x, weight=weight, bias=copy(inputs.bias),
+        initial_state=copy(inputs.initial_state),
+    )  # fmt: skip
