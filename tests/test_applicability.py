@@ -39,13 +39,17 @@ def test_split_lens_cut_a_segment_into_both_chunks():
     assert _split_lens(None, 3) == (None, None)
 
 
-def test_chunk_consistency_describes_its_three_calls():
+def test_chunk_consistency_describes_its_two_calls_the_whole_is_the_main_call():
     case = Case("t", "fwd", 4, 12, 2, seqlen=19, seq_lens=(9, 10), checks=CHECKS)
-    whole, first, second = calls_of("chunk_consistency", case)
-    assert (whole.seqlen, first.seqlen, second.seqlen) == (19, 8, 11)
-    assert all(c.final_state and c.initial_state in ("zeros", "random") for c in (whole, first))
+    first, second = calls_of("chunk_consistency", case)
+    assert (first.seqlen, second.seqlen) == (8, 11)
+    assert first.final_state and first.initial_state == "zeros"  # the case has none
     assert second.initial_state == "random" and second.seq_lens == (1, 10)
-    assert [c.final_state for c in calls_of("causality", case)] == [False]
+    assert second.final_state
+    # causality repeats the main call's forward, final state as the case asks
+    assert [c.final_state for c in calls_of("causality", case)] == [None]
+    final = Case("t", "fwd_bwd", 4, 12, 2, seqlen=19, final_state=True, dfinal="random")
+    assert [(c.op, c.final_state) for c in calls_of("causality", final)] == [("fwd", True)]
 
 
 def test_the_issues_false_alarm_a_packed_case_without_final_state_passes():
@@ -55,7 +59,7 @@ def test_the_issues_false_alarm_a_packed_case_without_final_state_passes():
     assert result.outcome == "passed", describe(result)
     props = _props(result)
     assert props["chunk_consistency"].detail == NOT_APPLICABLE + (
-        "final state only without packing (seq_idx)"
+        "final state only without packing (seq_idx) (chunk of 8 tokens)"
     )
     assert props["causality"].detail.startswith("y[") and props["packed_isolation"].passed
     assert {o.output for o in result.outputs} == {"y", "dx", "dw", "db", "dS"}

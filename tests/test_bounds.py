@@ -11,7 +11,7 @@ import torch
 from convmatrix.core.bounds import Arithmetic, BoundModel, Magnitudes, gamma
 from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
-from convmatrix.core.records import CaseResult, OutputMetrics
+from convmatrix.core.records import CaseResult, OutputMetrics, PropertyResult
 from convmatrix.core.tolerances import Policy
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.kernels.doubles.defects import DEFECTS, Fp32Kernel
@@ -23,7 +23,6 @@ from convmatrix.kernels.oracle.reference import (
 )
 from convmatrix.reports.diff import build_diff
 from convmatrix.runners.execute import Context, run_case
-from convmatrix.runners.properties import causality
 from convmatrix.runners.workload import load_workload
 
 U32 = 2.0**-24
@@ -147,15 +146,21 @@ class NondeterministicLeak(OneUlpLeak):
 FWD = Case("fwd", "fwd", 4, 16, 2, seqlen=64, checks=("causality",))
 
 
+def _causality(kernel) -> PropertyResult:
+    result = run_case(FWD, Context(kernel))
+    return next(p for p in result.properties if p.name == "causality")
+
+
 def test_causality_is_exact_a_one_ulp_leak_from_the_future_fails():
-    prop = causality(OneUlpLeak(), FWD, Policy(), torch.device("cpu"))
+    prop = _causality(OneUlpLeak())
     assert not prop.passed
     assert "must be identical" in prop.detail and "max|diff|" in prop.detail
-    assert causality(TorchKernel(), FWD, Policy(), torch.device("cpu")).passed
+    assert _causality(TorchKernel()).passed
 
 
 def test_a_nondeterministic_kernel_is_held_to_the_bound_instead():
-    assert causality(NondeterministicLeak(), FWD, Policy(), torch.device("cpu")).passed
+    prop = _causality(NondeterministicLeak())
+    assert prop.passed and prop.detail == "y[:33] unchanged", prop.detail
 
 
 def _dw_result(case: Case, e_rel: float) -> CaseResult:

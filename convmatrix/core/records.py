@@ -91,6 +91,9 @@ class PropertyResult:
     name: str  # causality | packed_isolation | chunk_consistency | guards | ...
     passed: bool
     detail: str = ""
+    # The kernel calls the check made (runners.properties); None: stored before they were counted
+    forward_calls: int | None = None
+    backward_calls: int | None = None
 
 
 @dataclass

@@ -36,7 +36,7 @@ __all__ = [
     "upgrade",
 ]
 
-SCHEMA_HEAD = "0017"  # the newest revision under migrations/versions
+SCHEMA_HEAD = "0015"  # the newest revision under migrations/versions
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _ADVISORY_LOCK = 0x636F6E766D6174  # "convmat": any constant shared by every convmatrix process
 _ready: weakref.WeakSet[Engine] = weakref.WeakSet()

@@ -157,6 +157,8 @@ class PropertyRow(Base):
     name: Mapped[str]
     passed: Mapped[bool]
     detail: Mapped[str]
+    forward_calls: Mapped[int | None]
+    backward_calls: Mapped[int | None]
 
 
 class TimingRow(Base):

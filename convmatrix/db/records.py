@@ -155,6 +155,11 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _calls(row: Row[Any]) -> tuple[int | None, int | None]:
+    """A property row's kernel calls (None in rows stored before they were counted)."""
+    return getattr(row, "forward_calls", None), getattr(row, "backward_calls", None)
+
+
 def _bool(value: Any) -> bool | None:
     return None if value is None else bool(value)
 
@@ -208,7 +213,10 @@ CASES = Layout(cases, (
 ))  # fmt: skip
 CASES_WITH_ID = Layout(cases, ("id", *CASES.columns))  # ids given (SQLite: ``writer``)
 METRICS = Layout(metrics, ("case_pk", "run_id", "x_dtype", *_METRIC_FIELDS))
-PROPERTIES = Layout(properties, ("case_pk", "run_id", "name", "passed", "detail"))
+PROPERTIES = Layout(
+    properties,
+    ("case_pk", "run_id", "name", "passed", "detail", "forward_calls", "backward_calls"),
+)
 TIMINGS = Layout(timings, ("case_pk", "run_id", *_TIMING_FIELDS))
 
 
@@ -233,7 +241,11 @@ def child_rows(
     metrics = [
         (case_pk, run_id, judged_dtype(m.output, case), *_metric_values(m)) for m in result.outputs
     ]
-    props = [(case_pk, run_id, p.name, bool(p.passed), p.detail or "") for p in result.properties]
+    props = [
+        (case_pk, run_id, p.name, bool(p.passed), p.detail or "", p.forward_calls,
+         p.backward_calls)
+        for p in result.properties
+    ]  # fmt: skip
     timings = [(case_pk, run_id, *_timing_values(t)) for t in result.timings]
     return metrics, props, timings
 
@@ -254,7 +266,7 @@ def result_from_rows(
         duration_s=case.duration_s,
         message=case.message,
         outputs=outputs,
-        properties=[PropertyResult(p.name, p.passed, p.detail) for p in props],
+        properties=[PropertyResult(p.name, p.passed, p.detail, *_calls(p)) for p in props],
         timings=[TimingResult(**{n: getattr(t, n) for n in _TIMING_FIELDS}) for t in timings],
         worker=case.worker,
         peak_mem_mb=getattr(case, "peak_mem_mb", None),

@@ -270,6 +270,9 @@ properties = Table(
     req("name", _str200()),
     req("passed", Boolean),
     req("detail", Text),
+    # The kernel calls the check made (forwards; backwards, one per chunk); NULL before 0014
+    opt("forward_calls", Integer),
+    opt("backward_calls", Integer),
     Index(None, "run_id"),
 )  # fmt: skip
 

@@ -100,7 +100,8 @@ def build_case(
     case = Case(**fields)  # type: ignore[arg-type]
     _check_size(suite, values, case)
     wanted = suite.checks if checks is None else checks
-    return Case(**{**fields, "checks": applicable_checks(case, wanted)})  # type: ignore[arg-type]
+    checks_ = applicable_checks(case, wanted)  # not part of the id: the id is not hashed again
+    return Case(**{**fields, "checks": checks_, "id": case.id})  # type: ignore[arg-type]
 
 
 def applicable_checks(case: Case, wanted: Sequence[str]) -> tuple[str, ...]:

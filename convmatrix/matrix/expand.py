@@ -11,7 +11,7 @@ Cases needing features the kernel lacks stay as they are; runners skip them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from convmatrix.core.case import Case
@@ -275,19 +275,38 @@ def check_case_count(spec: MatrixSpec, max_cases: int | None = None) -> int:
 
 
 def expand_matrix(
-    spec: MatrixSpec, kernel: DeclaredKernel | None = None, max_cases: int | None = None
+    spec: MatrixSpec,
+    kernel: DeclaredKernel | None = None,
+    max_cases: int | None = None,
+    *,
+    keep: Callable[[Case], bool] | None = None,
+    enough: Callable[[list[Case]], bool] | None = None,
 ) -> Expansion:
     """All cases of ``spec`` for ``kernel`` (None: symbols from the matrix's ``geometry:``
     only), suites in file order, deterministic. A matrix of more than ``max_cases`` (else its
     own ``max_cases:``, else ``DEFAULT_MAX_CASES``) possible cases is refused before anything
-    is expanded (``check_case_count``)."""
+    is expanded (``check_case_count``).
+
+    ``keep``: only the cases it accepts (a run's ``--case``); ``enough``: no further suite is
+    expanded once it says the cases kept so far are all there is to find (a case's id is a
+    hash of its parameters, so finding it means building the cases before it; a top-level
+    ``cases:`` list, checked against every suite, expands them all)."""
     check_case_count(spec, max_cases)
     declared = kernel.capabilities.geometry.symbols() if kernel is not None else {}
     geometry = {**spec.geometry, **declared}
     source = f"kernel {kernel.name!r}" if kernel is not None else "no kernel given and the matrix"
-    suites = [_expand_suite(s, geometry, spec.geometry, kernel, source) for s in spec.suites]
+    suites: list[SuiteExpansion] = []
+    for suite in spec.suites:
+        suites.append(_expand_suite(suite, geometry, spec.geometry, kernel, source))
+        if keep is not None and not spec.cases:
+            suites[-1].cases = [c for c in suites[-1].cases if keep(c)]
+            if enough is not None and enough([c for s in suites for c in s.cases]):
+                break
     if spec.cases:
         _keep_listed(spec, suites, source)
+        if keep is not None:
+            for s in suites:
+                s.cases = [c for c in s.cases if keep(c)]
     return Expansion(
         matrix=spec,
         cases=[c for s in suites for c in s.cases],

@@ -1,12 +1,13 @@
 """Which property checks may run for a kernel: every call a check makes, described as a Case
 and put to the kernel's declared contract before the check runs.
 
-A property check calls the kernel with arguments the case itself does not ask for (causality
-and packed isolation drop the final state; chunk consistency always passes a state and asks
-for the final state, on two chunks of the row). A check must never call a kernel outside what
-it declares (a kernel that rejects ``seq_idx`` with a final state would otherwise fail every
-packed case), so each call is first checked with ``core.contract.refusal``; a check with a
-refused call is recorded as not applicable, with the reason, and counts as passed.
+A property check calls the kernel with arguments the case itself does not ask for (chunk
+consistency asks for the final state of two chunks of the row and passes the first one's to
+the second; causality and packed isolation repeat the main call's forward). A check must
+never call a kernel outside what it declares (a kernel that rejects ``seq_idx`` with a final
+state would otherwise fail every packed case), so each call is first checked with
+``core.contract.refusal``; a check with a refused call is recorded as not applicable, with
+the reason, and counts as passed.
 """
 
 from __future__ import annotations
@@ -63,26 +64,28 @@ def _split_lens(
 
 
 def _forward_only(case: Case) -> list[Case]:
-    """causality / packed isolation: the case's forward without a final state, no gradient."""
-    return [dataclasses.replace(case, op="fwd", final_state=False, dfinal=None)]
+    """causality / packed isolation: the main call's forward again (its final state too, as
+    the case asks), on changed x, without a gradient."""
+    return [dataclasses.replace(case, op="fwd", dfinal=None)]
 
 
 def _chunks(case: Case) -> list[Case]:
-    """chunk consistency: the whole row and its two chunks, each with a state in and the final
-    state out (backward too for ``fwd_bwd``); [] when there is no split inside a sample."""
+    """chunk consistency: the row's two chunks, each with a state in and asked for its final
+    state (backward too for ``fwd_bwd``): the first with the case's initial state (zeros when
+    it has none), the second with the first's final state; [] when there is no split inside
+    a sample (the whole row is the main call itself)."""
     state = case.initial_state if case.initial_state not in (None, "none") else "zeros"
     dfinal = (case.dfinal or "zero") if case.op == "fwd_bwd" else None
-    whole = dataclasses.replace(case, initial_state=state, final_state=True, dfinal=dfinal)
     length = case.seqlen or 0
     ids = None if case.seq_lens is None else seq_idx_for(case.seq_lens, 1)[0]
     s = split_point(case, ids, length)
     if s is None:
-        return [whole]
+        return []
     first, second = _split_lens(case.seq_lens, s)
+    chunk = dataclasses.replace(case, initial_state=state, final_state=True, dfinal=dfinal)
     return [
-        whole,
-        dataclasses.replace(whole, seqlen=s, seq_lens=first),
-        dataclasses.replace(whole, seqlen=length - s, seq_lens=second, initial_state="random"),
+        dataclasses.replace(chunk, seqlen=s, seq_lens=first),
+        dataclasses.replace(chunk, seqlen=length - s, seq_lens=second, initial_state="random"),
     ]
 
 

@@ -79,12 +79,16 @@ class Prepared:
     threads: ThreadPolicy = field(default_factory=ThreadPolicy)  # of every process running cases
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
+    given: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # planned, as JSON
     _cache: ReferenceCache | None = field(default=None, repr=False, compare=False)
 
     def workload(self, source: str) -> Workload:
-        """The expanded matrix of ``source`` for this kernel, loaded once."""
+        """The expanded matrix of ``source`` for this kernel (only the ``--case`` cases when
+        some are named; on a worker, the cases its controller planned), loaded once."""
         if source not in self.workloads:
-            self.workloads[source] = load_workload(source, self.kernel, self.max_cases)
+            self.workloads[source] = load_workload(
+                source, self.kernel, self.max_cases, self.wanted, self.given.get(source)
+            )
             self.by_pytest_id.update((c.pytest_id, c) for c in self.workloads[source].cases)
         return self.workloads[source]
 
@@ -144,6 +148,12 @@ class Prepared:
             "reference_cache_size": self.reference_cache_size,
             "max_cases": self.max_cases,
             "threads": self.threads.handover(),
+            # --case: the few cases planned, so that no worker expands the matrix again
+            "planned": {
+                source: [c.to_json() for c in w.cases] for source, w in self.workloads.items()
+            }
+            if self.wanted
+            else {},
         }
 
     @classmethod
@@ -169,6 +179,7 @@ class Prepared:
             reference_cache_size=int(info.get("reference_cache_size") or 0),
             max_cases=info.get("max_cases"),
             threads=ThreadPolicy(**info["threads"]),
+            given=dict(info.get("planned") or {}),
         )
         for source in prepared.sources:
             prepared.workload(source)

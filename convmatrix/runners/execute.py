@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix.spec import TimingSettings
 from convmatrix.runners.bounds import usage_of, zero_floor
 from convmatrix.runners.defaults import ProcessState, note_changes, take_changes
+from convmatrix.runners.guards import fresh_copy, keep_pristine
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs, build_forward, build_update
 from convmatrix.runners.interrupts import is_real_interrupt, kernel_crash_message
 from convmatrix.runners.invoke import (
@@ -41,9 +43,15 @@ from convmatrix.runners.invoke import (
 from convmatrix.runners.memory import PeakMemory
 from convmatrix.runners.metrics import ErrorSums, abs_diff
 from convmatrix.runners.output import BoundedOutput
-from convmatrix.runners.phases import Phases
+from convmatrix.runners.phases import Between, Phases
 from convmatrix.runners.processes import CaseProcesses
-from convmatrix.runners.properties import check_guards, run_properties
+from convmatrix.runners.properties import (
+    MainCall,
+    PropertyRun,
+    check_guards,
+    restore,
+    run_properties,
+)
 from convmatrix.runners.refcache.cache import ReferenceCache
 from convmatrix.runners.refcache.key import BoundSpec
 
@@ -153,8 +161,12 @@ def _expect_error(case: Case, ctx: Context) -> tuple[str, str]:
     return "failed", f"returned normally; expected a clean error ({why})"
 
 
-def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
-    """The torch path's outputs on fresh copies of the same values (None if it raised)."""
+def _framework_outputs(
+    case: Case, ctx: Context, own: dict, inputs: ForwardInputs | UpdateInputs
+) -> dict | None:
+    """The torch path's outputs on fresh copies of the same values (None if it raised):
+    copies of the case's placed inputs (``guards.fresh_copy``), or for an update, whose
+    slots follow each kernel's contract, drawn for the torch path."""
     memo = None if ctx.memo is None else ctx.memo.of(case)
     if memo is not None and memo.framework is not None:
         return memo.framework
@@ -162,7 +174,10 @@ def _framework_outputs(case: Case, ctx: Context, own: dict) -> dict | None:
         fw: dict | None = own
     else:
         try:
-            fw_inputs = build_inputs(case, ctx.device, ctx.framework.capabilities)
+            if isinstance(inputs, ForwardInputs):
+                fw_inputs: ForwardInputs | UpdateInputs = fresh_copy(inputs)
+            else:
+                fw_inputs = build_inputs(case, ctx.device, ctx.framework.capabilities)
             fw = kernel_outputs(ctx.framework, case, fw_inputs)
         except KernelFault:
             fw = None
@@ -191,11 +206,15 @@ def _metrics(
     got: dict,
     fw: dict | None,
     phases: Phases,
+    checks: PropertyRun | None = None,
 ) -> list:
     """Every output judged against the reference, computed and compared channel block by
-    channel block (``channel_blocks``); the errors add up over the blocks. Time spent on the
-    reference goes to phase ``reference``, the rest to ``metrics``."""
-    start, before = time.perf_counter(), phases.seconds.get("reference", 0.0)
+    channel block (``channel_blocks``); the errors add up over the blocks, and each block's
+    bound judges the property checks' bounded comparisons too (``checks``). Time spent on the
+    reference goes to phase ``reference``, on the checks to ``properties``, the rest to
+    ``metrics``."""
+    start = time.perf_counter()
+    before = phases.seconds.get("reference", 0.0) + phases.seconds.get("properties", 0.0)
     exact = getattr(ctx.kernel, "exact_state", True)
     blocks = channel_blocks(case, inputs)
     sums: dict[str, ErrorSums] = {}
@@ -206,7 +225,7 @@ def _metrics(
     reference = judged_blocks(
         case, inputs, blocks, spec, device=ctx.reference_device, cache=ctx.reference_cache
     )
-    for block, (ref, bounds) in _timed(reference, phases, "reference"):
+    for block, (ref, bounds, slack) in _timed(reference, phases, "reference"):
         for name, r in ref.items():
             dim = _CHANNEL_DIM[name]
             if name not in sums:
@@ -222,6 +241,9 @@ def _metrics(
                 got_usage = usage_of(a, r, bounds[name], zero_floor(case, name), diff=diff)
                 usage[name] = max(usage.get(name, 0.0), got_usage.usage)
                 zeros[name] = zeros.get(name, 0) + got_usage.broken_zeros
+                if checks is not None:
+                    with phases("properties"):
+                        checks.judge(name, block, dim, bounds[name], slack.get(name))
     judged = []
     for name, s in sums.items():
         m = s.metrics(got[name], ctx.policy.tau_scale)
@@ -237,8 +259,8 @@ def _metrics(
             broken_zeros=zeros.get(name),
         )  # fmt: skip
         judged.append(verdict)
-    referenced = phases.seconds.get("reference", 0.0) - before
-    phases.add("metrics", time.perf_counter() - start - referenced)
+    elsewhere = phases.seconds.get("reference", 0.0) + phases.seconds.get("properties", 0.0)
+    phases.add("metrics", time.perf_counter() - start - (elsewhere - before))
     return judged
 
 
@@ -281,17 +303,20 @@ def _execute(case: Case, ctx: Context, result: CaseResult, phases: Phases) -> No
     else:
         with phases("inputs"):
             inputs = build_inputs(case, ctx.device, ctx.kernel.capabilities)
+            keep_pristine(inputs)  # what every guard check after a call compares with
+        if case.op == "fwd_bwd":
+            _autograd_imported()
         try:
             with _kernel_call(ctx, result, phases):
                 got = kernel_outputs(ctx.kernel, case, inputs)
                 check_outputs(got, inputs)
             with phases("properties"):
-                result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
+                checks = _checks(case, ctx, inputs, got, result)
             with phases("framework"):
-                fw = _framework_outputs(case, ctx, got)
-            result.outputs = _metrics(case, ctx, inputs, got, fw, phases)
+                fw = _framework_outputs(case, ctx, got, inputs)
+            result.outputs = _metrics(case, ctx, inputs, got, fw, phases, checks)
             with phases("properties"):
-                result.properties += run_properties(ctx.kernel, case, ctx.policy, ctx.device)
+                result.properties += checks.results()
             result.outcome = outcome_of(result)
             if case.timed and result.outcome == "passed":
                 with phases("timing"):
@@ -300,6 +325,30 @@ def _execute(case: Case, ctx: Context, result: CaseResult, phases: Phases) -> No
             result.outcome, result.message = "failed", safe_str(exc)
             if not result.properties:
                 result.properties.append(check_guards(inputs, ctx.kernel.capabilities))
+
+
+def _checks(
+    case: Case, ctx: Context, inputs: ForwardInputs | UpdateInputs, got: dict, result: CaseResult
+) -> PropertyRun:
+    """The guards of the main call (recorded now), then the property checks' kernel calls
+    on the main call's inputs (restored first if the main call broke them) and outputs;
+    their bounded comparisons wait for the main reference (``_metrics``)."""
+    guards = check_guards(inputs, ctx.kernel.capabilities)
+    result.properties.append(guards)
+    if not isinstance(inputs, ForwardInputs):
+        return PropertyRun([])
+    if not guards.passed:
+        restore(inputs.guarded())
+    return run_properties(ctx.kernel, case, ctx.policy, ctx.device, MainCall(inputs, got))
+
+
+@cache
+def _autograd_imported() -> None:
+    """torch imports ``torch.fx.experimental.symbolic_shapes`` on a process's first backward
+    (``autograd._make_grads``): 2-5 s on a loaded machine, which fell in the kernel phase of
+    each worker's first ``fwd_bwd`` case. Imported before the call, it is the case's
+    ``harness`` time, once per process."""
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 
 @contextmanager
@@ -380,14 +429,25 @@ def run_case(case: Case, ctx: Context) -> CaseResult:
     return result.sanitised()
 
 
+_BETWEEN = Between()  # this process's cases, one after another
+
+
 def run_guarded(case: Case, ctx: Context) -> CaseResult:
     """``run_case`` as every executor calls it: a bug of the harness itself becomes an ``error``
     result for this case (with the end of its traceback) and the run goes on. What the kernel
     prints is bounded (``runners.output``: its head and tail, the rest counted) before pytest,
-    xdist or Ray see it."""
-    with BoundedOutput():
-        try:
-            return run_case(case, ctx)
-        except Exception as exc:
-            tail = "".join(traceback.format_exception(exc, limit=-4))
-            return CaseResult(case, "error", message=f"harness error: {tail}").sanitised()
+    xdist or Ray see it. The time since this process's previous case is the result's phase
+    ``between`` (``runners.phases``)."""
+    between = _BETWEEN.start()
+    try:
+        with BoundedOutput():
+            try:
+                result = run_case(case, ctx)
+            except Exception as exc:
+                tail = "".join(traceback.format_exception(exc, limit=-4))
+                result = CaseResult(case, "error", message=f"harness error: {tail}").sanitised()
+    finally:
+        _BETWEEN.end()
+    if between is not None:
+        result.phases["between"] = round(between, 6)
+    return result

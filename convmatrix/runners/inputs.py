@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -74,6 +74,24 @@ class Guarded:
     view: torch.Tensor
     covered: torch.Tensor
     values: torch.Tensor
+    snapshot: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def keep_pristine(self) -> None:
+        """Copy the storage now, before any kernel sees it: one contiguous copy, where
+        rebuilding it later goes through the view's strides (a transposed copy for a
+        channel-last view)."""
+        self.snapshot = self.base.detach().clone()
+
+    def pristine(self) -> torch.Tensor:
+        """``base`` as ``place`` left it (NaN outside the view, the values inside): the
+        guards are checked after every call of a case's property checks too, and comparing
+        two contiguous buffers is the cheapest check there is."""
+        if self.snapshot is None:
+            base = torch.full_like(self.base, math.nan)
+            v = self.view
+            base.as_strided(v.shape, v.stride(), v.storage_offset()).copy_(self.values)
+            self.snapshot = base
+        return self.snapshot
 
     def gap_damage(self) -> str | None:
         """Why the storage outside the view is no longer all NaN, or None."""

@@ -31,7 +31,7 @@ from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows, write_
 from convmatrix.runners.defaults import ProcessState, note_changes
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
 from convmatrix.runners.refcache.cache import ReferenceCache
-from convmatrix.runners.refcache.compact import Span, StoredBlock, compact, expand
+from convmatrix.runners.refcache.compact import Expanded, Span, StoredBlock, compact, expand
 from convmatrix.runners.refcache.footprint import BLOCK_ELEMENTS, channels_per_block
 from convmatrix.runners.refcache.key import BoundSpec, cache_key
 
@@ -53,7 +53,7 @@ __all__ = [
 # Reference values by output name, and (with magnitudes) the bound model's inputs per output.
 Reference = tuple[dict[str, torch.Tensor], dict[str, Magnitudes]]
 # Reference values and bounds by output name, both float64: what judging reads.
-Judged = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
+Judged = Expanded  # r, bound and slack magnitudes per output (``refcache.compact``)
 
 F64 = torch.float64
 
@@ -407,7 +407,8 @@ def judged_blocks(
     device: torch.device | None = None,
     cache: ReferenceCache | None = None,
 ) -> Iterator[tuple[slice | None, Judged]]:
-    """(block, (r, bound) per output) for each channel block, in float64 on ``device``
+    """(block, (r, bound, slack magnitudes) per output) for each channel block, in float64 on
+    ``device``
     (None: the host), from the stored form (``refcache.compact``) whether computed now or
     read from ``cache``. A forward case the cache admits is read from its entry, each block
     checked before it is used; the blocks an entry lacks or fails on are computed, and a

@@ -7,6 +7,11 @@ magnitudes, or reading them from the reference cache), ``metrics`` (errors and b
 ``harness`` (the rest: process bookkeeping, memory, sanitising). Summed over a run they say
 whether it is device-bound: on a GPU the kernel takes milliseconds, and everything else is
 time the host spends judging it.
+
+``between`` is not part of a case's duration: it is the time its process spent since its
+previous case ended (the executor's own work: the test protocol, sending the result, waiting
+for the next case), so that a worker's wall time after its first case is the sum of its
+cases' phases and nothing hides between them. A process's first case has none.
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["PHASES", "Phases"]
+__all__ = ["PHASES", "Between", "Phases"]
 
 PHASES = ("inputs", "kernel", "framework", "reference", "metrics", "properties", "timing",
-          "harness")  # fmt: skip
+          "harness", "between")  # fmt: skip
 
 
 class Phases:
@@ -43,3 +48,17 @@ class Phases:
         spent = sum(self.seconds.values())
         self.seconds["harness"] = max(0.0, total - spent)
         return {p: round(self.seconds[p], 6) for p in PHASES if p in self.seconds}
+
+
+class Between:
+    """The time a process spends between its cases (phase ``between``): ``start`` says how
+    long since the last ``end`` (None before this process's first case)."""
+
+    def __init__(self) -> None:
+        self.last_end: float | None = None
+
+    def start(self) -> float | None:
+        return None if self.last_end is None else time.perf_counter() - self.last_end
+
+    def end(self) -> None:
+        self.last_end = time.perf_counter()

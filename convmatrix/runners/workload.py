@@ -5,6 +5,13 @@ file of cases as ``convmatrix expand --format jsonl`` writes them (default toler
 timeout). Selection keeps the cases named by ``--case`` (full id, id prefix or pytest id) and
 drops those a resumed run already holds. Both are pure functions of their inputs, so the xdist
 controller and every worker arrive at the same items.
+
+A run with ``--case`` plans only the named cases: the matrix is expanded suite by suite and
+no further once every full id or pytest id named is found (an id prefix may name several
+cases, so it expands them all), and only those cases become items. The controller hands the
+cases it planned to its workers (``Prepared.handover``), which then expand nothing: a
+one-case run of ``dao-parity`` (9,756 cases) started in 35 s, most of it expanding the grid
+three times and making an item of every case.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.tolerances import Policy, Tolerances
 from convmatrix.matrix.spec import DEFAULT_TIMEOUT_S, TimingSettings
 
-__all__ = ["Workload", "combined_identity", "load_workload", "select_cases"]
+__all__ = ["Wanted", "Workload", "combined_identity", "load_workload", "select_cases"]
 
 
 @dataclass
@@ -44,6 +51,31 @@ def _canonical_source(source: str) -> str:
     return str(path.resolve()) if path.suffix in (".yaml", ".yml", ".jsonl") else source
 
 
+class Wanted:
+    """The ``--case`` values of a run, as what the expansion keeps (``keeps``) and when it
+    has found all it can (``found_all``)."""
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self.values = list(values)
+
+    def keeps(self, case: Case) -> bool:
+        return any(_matches(case, w) for w in self.values)
+
+    def found_all(self, cases: list[Case]) -> bool:
+        """Every value names one case (a full id, or a pytest id, which ends in the id's
+        first six digits) and each is among ``cases``."""
+        return all(_unique(w) and any(_matches(c, w) for c in cases) for w in self.values)
+
+
+_ID_DIGITS = 12  # core.case.Case.stable_id
+
+
+def _unique(wanted: str) -> bool:
+    """Whether ``wanted`` can match one case only: an id, or a pytest id (not a prefix)."""
+    is_hex = all(ch in "0123456789abcdef" for ch in wanted)
+    return (is_hex and len(wanted) == _ID_DIGITS) or (not is_hex and "-" in wanted)
+
+
 def _from_jsonl(path: Path) -> Workload:
     cases = []
     text = path.read_text(encoding="utf-8")
@@ -58,28 +90,47 @@ def _from_jsonl(path: Path) -> Workload:
     return Workload(str(path.resolve()), path.stem, digest, cases)
 
 
-def load_workload(source: str, kernel: Any, max_cases: int | None = None) -> Workload:
+def load_workload(
+    source: str,
+    kernel: Any,
+    max_cases: int | None = None,
+    wanted: Sequence[str] = (),
+    planned: Sequence[dict[str, Any]] | None = None,
+) -> Workload:
     """Expand ``source`` for ``kernel``; ``UsageError`` (exit 2) names what is wrong, a
-    matrix over its case limit (``max_cases``: ``--max-cases``) before it is expanded."""
+    matrix over its case limit (``max_cases``: ``--max-cases``) before it is expanded.
+
+    ``wanted`` (``--case``): only the cases it names, expanded no further than needed;
+    ``planned``: the cases (as JSON) the controller planned from the same source, taken as
+    they are (a worker's copy)."""
     path = Path(source).expanduser()
     if path.suffix == ".jsonl":
         if not path.is_file():
             raise UsageError(f"--matrix {source}: no such file")
-        return _from_jsonl(path)
+        workload = _from_jsonl(path)
+        if wanted:
+            workload.cases = [c for c in workload.cases if Wanted(wanted).keeps(c)]
+        return workload
     from convmatrix.matrix import expand_matrix, load_matrix  # only needed here
 
     spec = load_matrix(source)
-    expansion = expand_matrix(spec, kernel, max_cases)
+    if planned is not None:
+        cases = [Case.from_json(c) for c in planned]
+    elif wanted:
+        find = Wanted(wanted)
+        cases = expand_matrix(spec, kernel, max_cases, keep=find.keeps, enough=find.found_all).cases
+    else:
+        cases = expand_matrix(spec, kernel, max_cases).cases
     return Workload(
         source=_canonical_source(source),
         name=spec.name,
         content_hash=spec.content_hash,
-        cases=list(expansion.cases),
-        tolerances=expansion.tolerances,
-        policy=expansion.policy,
-        timeout_s=float(expansion.timeout_s),
-        timing=expansion.timing,
-        memory_budget_mb=expansion.memory_budget_mb,
+        cases=list(cases),
+        tolerances=spec.tolerances,
+        policy=spec.policy,
+        timeout_s=float(spec.timeout_s),
+        timing=spec.timing,
+        memory_budget_mb=spec.memory_budget_mb,
     )
 
 

@@ -152,7 +152,7 @@ def _lineage_rows(
     """The newest regression of each (case, kind) of the run's kernel, matrix and device: the
     one whose first bad run started last (not the highest id: an import inserts rows in
     whatever order its file has them); and the older ones still open. Those are the rows a
-    release before per-case regressions kept per output (migration 0017 files them into
+    release before per-case regressions kept per output (migration 0015 files them into
     alerts): a run that passes their case closes them too, or they stay open for good."""
     rows = list(session.scalars(
         select(RegressionRow)

@@ -37,7 +37,7 @@ from convmatrix.runners.refcache.key import Key
 
 __all__ = ["Damaged", "Entry", "write_entry"]
 
-MAGIC = b"CMREF\x00\x00\x02"
+MAGIC = b"CMREF\x00\x00\x03"  # 3: the slack magnitudes (``compact.SLACK_OUTPUTS``)
 _HEAD = struct.Struct("<8sQII")
 _ALIGN = 64
 
@@ -62,7 +62,7 @@ def _table(blocks: list[StoredBlock]) -> tuple[list[dict[str, Any]], list[list[m
     table, pieces, offset = [], [], 0
     for block in blocks:
         start, parts, tensors = offset, [], []
-        for part, held in (("r", block.refs), ("bound", block.bounds)):
+        for part, held in block.parts():
             for name, t in held.items():
                 raw = _raw(t)
                 tensors.append([name, part, str(t.dtype).removeprefix("torch."), list(t.shape),
@@ -162,5 +162,5 @@ class Entry:
                     self.mapped, dtype=torch_dtype(dtype), count=count,
                     offset=self.payload + offset,
                 ) if count else torch.empty(0, dtype=torch_dtype(dtype))  # fmt: skip
-                (block.refs if part == "r" else block.bounds)[name] = t.view(shape)
+                dict(block.parts())[part][name] = t.view(shape)
             yield block

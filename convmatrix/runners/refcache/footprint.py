@@ -13,11 +13,17 @@ through it). So an entry stores, per output:
   allowance of 2, and e_rel, e_norm by 2^-24 relative;
 - the bound minus the zero floor eta, rounded *up* to float32 (``compact.round_up``): it never
   tightens, loosens by at most 2^-23 relative, and is 0 exactly where the bound is eta (an
-  element expected to be exactly 0, ``bounds.usage_of``).
+  element expected to be exactly 0, ``bounds.usage_of``);
+- for the outputs a chunk-consistency call rounds once more than the case's own call
+  (``SLACK_OUTPUTS``: dx, dw, db, dS, through the state's gradient carried between the two
+  chunks and each chunk's partial sums; not y, whose chunks compute the same terms), the
+  magnitudes (the sum of |terms|) rounded up to bfloat16: the check allows that extra
+  rounding as a unit roundoff times them (``runners.agreement``), and an allowance 2^-7
+  larger at most is still one unit roundoff's worth.
 
 Cold, warm or off, a case is judged from this form (``compact.expand``), so the three
 verdicts and usages are identical by construction. Bytes per element of x (B*C*L):
-fwd_bwd 24 judged in float32, 16 in bf16/fp16 (y and dx, 12 or 8 each); fwd 12 or 8.
+fwd_bwd 26 judged in float32, 18 in bf16/fp16 (y 12 or 8, dx 14 or 10); fwd 12 or 8.
 Version 1 stored r and three magnitudes in float64: 48 for fwd_bwd with SiLU.
 """
 
@@ -32,6 +38,7 @@ from convmatrix.core.verdict import judged_dtype
 
 __all__ = [
     "BLOCK_ELEMENTS",
+    "SLACK_OUTPUTS",
     "Admission",
     "admit",
     "channels_per_block",
@@ -48,6 +55,9 @@ __all__ = [
 # arithmetic: benchmarks/bench_blocks.py measures the ratio.
 BLOCK_ELEMENTS = 1 << 18
 BOUND_BYTES = 4  # float32 (float64 only where float32 would overflow: never for real data)
+MAG_BYTES = 2  # bfloat16, of SLACK_OUTPUTS only
+# Outputs whose chunked calls round once more than the case's own (``runners.chunks``).
+SLACK_OUTPUTS = frozenset({"dx", "dw", "db", "dS"})
 # An entry's header: its key (about 3 KB) and a row per block (about 200 bytes per output,
 # its two tensors' 64-byte alignment included).
 _HEADER_BYTES, _ROW_BYTES = 4096, 256
@@ -99,7 +109,10 @@ def entry_bytes(case: Case) -> int:
     if not sizes:
         return 0
     item = {"float32": 4, "float64": 8}
-    body = sum(n * (item[stored_dtype(o, case)] + BOUND_BYTES) for o, n in sizes.items())
+    body = sum(
+        n * (item[stored_dtype(o, case)] + BOUND_BYTES + (MAG_BYTES if o in SLACK_OUTPUTS else 0))
+        for o, n in sizes.items()
+    )
     return body + overhead_bytes(case)
 
 

@@ -1,7 +1,7 @@
 """Regressions from before alerts filed into alerts: one per run that found them.
 
-Revision ID: 0017
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-06
 
 0008 added alerts but left the regressions a release before it had found in none, and
@@ -20,8 +20,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

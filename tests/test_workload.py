@@ -1,0 +1,88 @@
+"""A run with ``--case`` plans only the named cases (runners.workload, matrix.expand): the
+matrix is expanded no further than the last named case, only those cases become items, and
+the workers take the controller's plan instead of expanding the matrix again."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+import convmatrix.matrix.expand as expand_module
+from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.kernels.interface.registry import load
+from convmatrix.matrix import expand_matrix, load_matrix
+from convmatrix.runners.controller import Prepared, Setup
+from convmatrix.runners.options import RunOptions
+from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.workload import Wanted, load_workload, select_cases
+
+
+def _expansions(thunk) -> int:
+    """How many times ``expand_matrix`` runs inside ``thunk``."""
+    code, count = expand_module.expand_matrix.__code__, 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        if event == "call" and frame.f_code is code:
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        thunk()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    return expand_matrix(load_matrix("smoke"), TorchKernel()).cases
+
+
+def test_a_case_of_the_first_suite_expands_that_suite_alone():
+    """dao-parity's first case (of 9,756 in six suites): before, all were built to find it."""
+    spec, kernel = load_matrix("dao-parity"), load("tiled")
+    wanted = Wanted(["6b94032a196c"])
+    found = expand_matrix(spec, kernel, keep=wanted.keeps, enough=wanted.found_all)
+    assert [c.id for c in found.cases] == ["6b94032a196c"]
+    assert len(found.suites) == 1 < len(spec.suites)
+
+
+@pytest.mark.parametrize("how", ["id", "pytest_id", "prefix"])
+def test_the_planned_cases_are_those_select_cases_picks_from_the_whole_matrix(smoke, how):
+    picked = [smoke[3], smoke[-1]]
+    if how == "prefix":
+        wanted = [c.id[:4] for c in picked]  # may name more than one case: all are kept
+    else:
+        wanted = [getattr(c, how) for c in picked]
+    planned = load_workload("smoke", TorchKernel(), wanted=wanted).cases
+    assert planned == select_cases(smoke, wanted)
+    assert Wanted(wanted).found_all(planned) == (how != "prefix")
+
+
+def test_a_jsonl_source_keeps_the_named_cases_only(tmp_path, smoke):
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(c.to_json()) + "\n" for c in smoke))
+    assert load_workload(str(path), None, wanted=[smoke[2].id]).cases == [smoke[2]]
+
+
+def test_workers_take_the_controllers_plan_and_expand_nothing(smoke):
+    wanted = [smoke[5].id, smoke[-2].pytest_id]
+    options = RunOptions(matrix="smoke", kernel="torch", device="cpu", workers=2, cases=wanted)
+    prepared = Setup.of(options.checked(), MemoryStore()).prepared
+    info = json.loads(json.dumps(prepared.handover()))  # what xdist's workerinput carries
+    assert [c["id"] for c in info["planned"]["smoke"]] == [smoke[5].id, smoke[-2].id]
+    rebuilt: list[Prepared] = []
+    assert _expansions(lambda: rebuilt.append(Prepared.rebuild(info, torch.device("cpu"), 0))) == 0
+    assert rebuilt[0].workload("smoke").cases == [smoke[5], smoke[-2]]
+    assert rebuilt[0].planned() == prepared.planned() == {smoke[5].id, smoke[-2].id}
+
+
+def test_a_whole_run_hands_no_plan_over(smoke):
+    options = RunOptions(matrix="smoke", kernel="torch", device="cpu", workers=2)
+    prepared = Setup.of(options.checked(), MemoryStore()).prepared
+    assert prepared.handover()["planned"] == {}
+    assert prepared.workload("smoke").cases == smoke
