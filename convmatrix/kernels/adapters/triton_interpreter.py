@@ -38,8 +38,14 @@ back) is handled by what it does.
   the interpreter to keep it that way.
 - ``grid_meta``: the grid callback receives the kernel's arguments with tensors already
   turned into interpreter pointers (reading ``meta['x'].numel()`` fails) and the same dict is
-  passed on as keyword arguments (writing ``meta['NB']`` makes the launch fail). fla's conv
-  grids only read the constexpr ``meta['BD']``, which works: no workaround.
+  passed on as keyword arguments (writing ``meta['NB']`` makes the launch fail). Compiled
+  Triton calls the grid with the launch's own arguments (torch tensors) and launches with
+  what the grid left in that dict, which vLLM's forward relies on (its grid sizes and fills
+  ``META['batch_ptr']``). Workaround (``_compiled_grid``): a callable grid is evaluated
+  before the interpreter sees the launch, on a dict of the kernel's parameters as passed,
+  and the launch takes the parameters from that dict afterwards (keys that are not
+  parameters are dropped, as a compiled launch has no place for them). fla's grids read only
+  ``meta['BD']``, which both ways give alike.
 - ``autotune``: ``@triton.autotune`` with more than one config benchmarks them through the
   active GPU driver, which the interpreter does not have (``RuntimeError: 0 active drivers``);
   interpreting every config would also multiply the (slow) run time. ``force_single_config``
@@ -210,7 +216,31 @@ def _rtne_bf16() -> None:
     builder.cast_impl = cast_impl
 
 
-_WORKAROUNDS: dict[str, Callable[[], None]] = {"scalar_mask": _bool_masks, "bf16_round": _rtne_bf16}
+def _compiled_grid() -> None:
+    """A callable grid sees and may change the launch's arguments, as compiled Triton's
+    does (see ``grid_meta`` in the module docstring)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    run = InterpretedFunction.run
+
+    def patched(self: Any, *args: Any, grid: Any, warmup: Any, **kwargs: Any) -> Any:
+        if warmup or not callable(grid):
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        params = {k: v for k, v in kwargs.items() if k in self.arg_names}
+        meta = dict(zip(self.arg_names, args, strict=False)) | params
+        dims = tuple(grid(meta))
+        options = {k: v for k, v in kwargs.items() if k not in self.arg_names}
+        given = {k: meta[k] for k in self.arg_names if k in meta}
+        return run(self, grid=dims, warmup=warmup, **options, **given)
+
+    InterpretedFunction.run = patched
+
+
+_WORKAROUNDS: dict[str, Callable[[], None]] = {
+    "scalar_mask": _bool_masks,
+    "bf16_round": _rtne_bf16,
+    "grid_meta": _compiled_grid,
+}
 
 
 def _main(argv: list[str]) -> int:

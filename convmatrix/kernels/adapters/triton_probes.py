@@ -140,6 +140,29 @@ def no_block_ptr() -> bool:
     return not torch.equal(out, x)
 
 
+def range_tensor() -> bool:
+    """``for i in range(n)`` with ``n`` a loaded (runtime) value does not run (Triton 3.6's
+    interpreter: "only 0-dimensional arrays can be converted to Python scalars")."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(n_ptr, out):
+        n = tl.load(n_ptr)
+        total = 0
+        for i in range(n):
+            total += i
+        tl.store(out, total)
+
+    out = torch.zeros(1, dtype=torch.int32)
+    try:
+        kernel[(1,)](torch.tensor([4], dtype=torch.int32), out)
+    except Exception:
+        return True
+    return out.item() != 6
+
+
 PROBES: dict[str, Callable[[], bool]] = {
     "scalar_mask": scalar_mask,
     "bf16_round": bf16_round,
@@ -147,6 +170,7 @@ PROBES: dict[str, Callable[[], bool]] = {
     "grid_meta": grid_meta,
     "autotune": autotune,
     "no_block_ptr": no_block_ptr,
+    "range_tensor": range_tensor,
 }
 
 
