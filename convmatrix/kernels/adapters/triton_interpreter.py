@@ -30,12 +30,15 @@ back) is handled by what it does.
   kernel would be blamed for it (measured with fla on ``nightly``: bf16 y/dx/dS errors 2-2.7x
   the PyTorch path's, 1.0-1.1x with the workaround). Workaround (``_rtne_bf16``): fp32 → bf16
   rounds to nearest even (NaN kept quiet). Present in 3.6 and 3.9.
-- ``bf16_mul``: bfloat16 blocks are stored as raw uint16 bit patterns and an operation whose
-  operands are *both* bfloat16 runs numpy on the bits (1.5 * 2.0 = 0.0). Triton's type
-  promotion turns bf16 with any other type into fp32 first, so only bf16 (op) bf16 is hit; the
-  fla kernels used here never do that (measured: no such operation executes in their forward,
-  backward, varlen, state or update kernels), so no workaround is carried; a test instruments
-  the interpreter to keep it that way.
+- ``bf16_arith``: bfloat16 blocks are stored as raw uint16 bit patterns and an operation
+  whose operands are *both* bfloat16 runs numpy on the bits (1.5 * 2.0 = 0.0). Triton's type
+  promotion turns bf16 with any other type into fp32 first, so only bf16 (op) bf16 is hit:
+  never in fla's conv kernels (instrumented by tests/test_fla.py), but vLLM's computes in the
+  state dtype (``acc += x * w`` on bf16 blocks; its bf16 x bf16 cases fail with inf errors
+  without this). Workaround (``_bf16_arith``): such an operation is computed on the fp32
+  values and the result rounded to nearest even, as a GPU's bf16 arithmetic rounds each
+  operation once; a comparison gets the fp32 comparison's truth values. Present in 3.6 and
+  3.9.
 - ``grid_meta``: the grid callback receives the kernel's arguments with tensors already
   turned into interpreter pointers (reading ``meta['x'].numel()`` fails) and the same dict is
   passed on as keyword arguments (writing ``meta['NB']`` makes the launch fail). Compiled
@@ -192,9 +195,44 @@ def _bool_masks() -> None:
         setattr(builder, method, _replacing(getattr(builder, method), "mask", as_bool))
 
 
+def _bf16_bits(values: Any) -> Any:
+    """fp32 numpy values → bf16 bit patterns (uint16), rounded to nearest even, NaN quiet."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
+    return np.where(np.isnan(values), (bits >> 16) | np.uint32(0x40), rounded).astype(np.uint16)
+
+
+def _bf16_arith() -> None:
+    """bf16 (op) bf16 on the fp32 values (see ``bf16_arith`` in the module docstring)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    binary = builder.binary_op
+    params = list(inspect.signature(binary).parameters)  # (self, lhs, rhs, op) so far
+
+    def as_fp32(handle: Any) -> Any:
+        return (np.asarray(handle.data).astype(np.uint32) << 16).view(np.float32)
+
+    def binary_op(*args: Any, **kwargs: Any) -> Any:
+        bound = {**dict(zip(params, args, strict=False)), **kwargs}
+        lhs, rhs, op = bound["lhs"], bound["rhs"], bound["op"]
+        result = binary(*args, **kwargs)
+        if lhs.dtype.scalar != tl.bfloat16 or rhs.dtype.scalar != tl.bfloat16:
+            return result
+        exact = op(as_fp32(lhs), as_fp32(rhs))
+        data = exact if exact.dtype == np.bool_ else _bf16_bits(exact)
+        return interpreter.TensorHandle(data, result.dtype)
+
+    builder.binary_op = binary_op
+
+
 def _rtne_bf16() -> None:
     """fp32 → bf16 rounds to nearest, ties to even (see ``bf16_round`` in the docstring)."""
-    import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
 
@@ -207,11 +245,7 @@ def _rtne_bf16() -> None:
         src, dst_type = bound["src"], bound["dst_type"]
         if not (src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16):
             return cast(*args, **kwargs)
-        values = np.asarray(src.data, dtype=np.float32)
-        bits = values.view(np.uint32)
-        rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
-        rounded = np.where(np.isnan(values), (bits >> 16) | np.uint32(0x40), rounded)
-        return interpreter.TensorHandle(rounded.astype(np.uint16), dst_type.scalar)
+        return interpreter.TensorHandle(_bf16_bits(src.data), dst_type.scalar)
 
     builder.cast_impl = cast_impl
 
@@ -239,6 +273,7 @@ def _compiled_grid() -> None:
 _WORKAROUNDS: dict[str, Callable[[], None]] = {
     "scalar_mask": _bool_masks,
     "bf16_round": _rtne_bf16,
+    "bf16_arith": _bf16_arith,
     "grid_meta": _compiled_grid,
 }
 

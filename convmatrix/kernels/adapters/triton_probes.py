@@ -56,22 +56,28 @@ def bf16_round() -> bool:
     return not torch.equal(stored, values.to(torch.bfloat16))
 
 
-def bf16_mul() -> bool:
-    """bf16 (op) bf16 computed on the raw uint16 bit patterns."""
+def bf16_arith() -> bool:
+    """bf16 (op) bf16 computed on the raw uint16 bit patterns (a product, a sum, a
+    comparison)."""
     import torch
     import triton
     import triton.language as tl
 
     @triton.jit
-    def kernel(a, b, out, N: tl.constexpr):
+    def kernel(a, b, prod, total, less, N: tl.constexpr):
         o = tl.arange(0, N)
-        tl.store(out + o, tl.load(a + o) * tl.load(b + o))
+        x, y = tl.load(a + o), tl.load(b + o)
+        tl.store(prod + o, x * y)
+        tl.store(total + o, x + y)
+        tl.store(less + o, (x < y).to(tl.int32))
 
     a = torch.tensor([1.5, 2.0, -3.0, 0.5], dtype=torch.bfloat16)
     b = torch.tensor([2.0, 0.25, 1.0, 4.0], dtype=torch.bfloat16)
-    prod = torch.empty(4, dtype=torch.bfloat16)
-    kernel[(1,)](a, b, prod, N=4)
-    return prod.tolist() != (a * b).tolist()
+    prod, total = torch.empty(4, dtype=torch.bfloat16), torch.empty(4, dtype=torch.bfloat16)
+    less = torch.empty(4, dtype=torch.int32)
+    kernel[(1,)](a, b, prod, total, less, N=4)
+    right = (prod.tolist(), total.tolist(), less.tolist())
+    return right != ((a * b).tolist(), (a + b).tolist(), (a < b).int().tolist())
 
 
 def grid_meta() -> bool:
@@ -166,7 +172,7 @@ def range_tensor() -> bool:
 PROBES: dict[str, Callable[[], bool]] = {
     "scalar_mask": scalar_mask,
     "bf16_round": bf16_round,
-    "bf16_mul": bf16_mul,
+    "bf16_arith": bf16_arith,
     "grid_meta": grid_meta,
     "autotune": autotune,
     "no_block_ptr": no_block_ptr,

@@ -167,6 +167,11 @@ class VllmKernel(KernelBase):
             final_state="per_sequence",
             inplace_y=frozenset({"update"}),
             pad_slot_id=pad_slot_id,
+            # Triton's promotion computes x * w in 16 bits when either is fp16, or both bf16
+            # (fp16 wins over bf16), before the fp32 accumulator: products are rounded to the
+            # input dtype (measured under the interpreter on nightly: 13 such 16-bit cases
+            # over the fp32-intermediate bound, none under this one)
+            intermediate="input",
         )
 
     def _require(self) -> VllmOps:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from convmatrix.kernels.adapters import triton_interpreter
 from convmatrix.kernels.adapters.fla.loading import INTERPRETER_BD, Loaded, load
 from convmatrix.kernels.adapters.mlu_ops import boundaries, check_final_state, runs_of, token_major
 from convmatrix.kernels.interface.protocol import (
@@ -39,12 +40,17 @@ def _wide(state: torch.Tensor) -> torch.Tensor:
 
 
 def _capabilities(loaded: Loaded) -> Capabilities:
-    states = loaded.api is None or loaded.api.states  # unloaded: the newest fla's contract
+    """The contract of the fla that loaded; of the newest fla (interpreted where there is no
+    CUDA) when none did, so that cases still expand and say why they are skipped."""
+    states = loaded.api is None or loaded.api.states
+    interpreted = loaded.interpreted
+    if loaded.api is None:
+        interpreted = not torch.cuda.is_available() or triton_interpreter.interpreting()
     return Capabilities(
         features=FEATURES - _MISSING - (frozenset() if states else _STATES),
         geometry=Geometry(
             time_tile=loaded.time_tile if loaded.api else 64,
-            channel_tile=INTERPRETER_BD if loaded.interpreted else None,
+            channel_tile=INTERPRETER_BD if interpreted else None,
         ),
         state_lens=STATE_LEN_K,  # fla's decode cache is (N, D, W)
         max_update_tokens=None if states else 1,  # several tokens go through the forward

@@ -26,6 +26,7 @@ what they import themselves. A package already imported is left as it is.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import re
@@ -116,9 +117,13 @@ def _bare_package(name: str, roots: list[Path], relative: str, version: str | No
         return
     module = types.ModuleType(name)
     dirs = [root / relative if relative else root for root in roots]
-    module.__path__ = [str(d) for d in dirs if d.is_dir()]
-    module.__package__ = name
     module.__file__ = str(dirs[0] / "__init__.py")  # the run's provenance reads the file
+    # a spec, so that importlib.util.find_spec(name) answers from sys.modules as for any
+    # imported package (without one it raises ValueError)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__spec__.submodule_search_locations = [str(d) for d in dirs if d.is_dir()]
+    module.__path__ = module.__spec__.submodule_search_locations
+    module.__package__ = name
     if version is not None:
         module.__version__ = version  # fla.utils of 0.5.2+ imports it
     parent, _, child = name.rpartition(".")
