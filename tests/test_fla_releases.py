@@ -264,3 +264,50 @@ def test_fla_without_state_arguments_declares_no_states(releases):
         releases("flash-linear-attention", "0.3.0"), STATELESS, os.environ[BLOCK_PTR_PYTHON_ENV]
     )
     assert got == {"features": ["backward", "packed", "update"], "tokens": 1, "final": "none"}
+
+
+# -- benchmarks/real_history.py: the trees in release order, one commit each ---------------
+
+
+def _real_history():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "real_history", REPO / "benchmarks" / "real_history.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_history_repository_has_one_commit_per_release_in_release_order(tmp_path):
+    """Releases are ordered by their wheel's date, not by name (0.10 after 0.9), meta-packages
+    without fla/modules are left out, and each release becomes one commit of its fla/ tree,
+    tagged and dated, so that convmatrix bisect walks them in order."""
+    history = _real_history()
+    dates = {"fla_core-0.10.0": 300, "fla_core-0.9.0": 200, "flash_linear_attention-0.9.1": 250}
+    for name, day in dates.items():
+        tree = tmp_path / "x" / name
+        meta = tree / f"{name}.dist-info" / "METADATA"
+        meta.parent.mkdir(parents=True)
+        meta.write_text("Name: x\n")
+        if name.startswith("fla_core"):  # the other is a meta-package: layers only
+            (tree / "fla" / "modules").mkdir(parents=True)
+            (tree / "fla" / "modules" / "convolution.py").write_text(f"# {name}\n")
+        os.utime(meta, (day * 86400, day * 86400))
+    trees = history.release_trees(tmp_path / "x", None)
+    assert [t.label for t in trees] == ["0.9.0", "0.10.0"]
+    assert [t.date for t in trees] == ["1970-07-20", "1970-10-28"]
+    shas = history.build_repo(trees, tmp_path / "repo")
+    log = subprocess.run(
+        ["git", "-C", str(tmp_path / "repo"), "log", "--format=%H %cs %s", "--reverse"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert [line.split()[0] for line in log] == [shas["0.9.0"], shas["0.10.0"]]
+    assert [line.split()[1] for line in log] == ["1970-07-20", "1970-10-28"]
+    tagged = subprocess.run(
+        ["git", "-C", str(tmp_path / "repo"), "rev-parse", "fla-0.9.0"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert tagged == shas["0.9.0"]
