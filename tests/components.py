@@ -178,8 +178,8 @@ COMPONENTS: dict[str, Component] = {
     "triton-block-ptr": Component(
         "a second Python (a venv with convmatrix and triton 3.6) whose Triton runs "
         "tl.make_block_ptr, for fla released before 2026-07-25",
-        "not in CI (the fla extra installs one Triton, the newest): "
-        "benchmarks/real_history.py runs every fla release under it (docs/peers.md)",
+        "benchmarks/real_history.py, which runs every fla release under it (docs/peers.md); "
+        "CI installs one Triton, the newest, with the fla extra",
         _block_ptr_python,
         in_ci=False,
     ),
