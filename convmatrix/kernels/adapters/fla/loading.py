@@ -80,12 +80,36 @@ def load() -> Loaded:
     """Find, import and prepare fla once per process; never raises (the reason lands in
     ``Loaded.reason``, which the kernel's ``availability`` reports)."""
     loaded = Loaded(facts={"triton": _version("triton")})
+    modules = _import(loaded)
+    if modules is None:
+        return loaded
+    api = probe_api(modules)
+    if isinstance(api, str):
+        loaded.reason = api
+        return loaded
+    functions, update, kernels = modules
+    loaded.reason = _needs_block_pointers(kernels)
+    if loaded.reason or (loaded.interpreted and not _prepare_interpreted(loaded, kernels)):
+        return loaded
+    try:
+        loaded.facts["cpu_bridges"] = cpu_bridges.install(modules)
+    except ValueError as exc:  # CONVMATRIX_FLA_SM_COUNT is not a count
+        loaded.reason = str(exc)
+        return loaded
+    loaded.functions, loaded.update, loaded.api = functions, update, api
+    loaded.facts["time_tile"] = {"rule": api.tile_rule, "tile": loaded.time_tile}
+    return loaded
+
+
+def _import(loaded: Loaded) -> tuple[Any, Any, Any] | None:
+    """fla's conv modules (``layout.import_conv``), the interpreter turned on first; None
+    with ``loaded.reason`` set when there is no fla, no conv in it, or it does not import."""
     roots = fla_roots()
     if not roots:
         loaded.reason = (
             "fla is not importable (pip install 'convmatrix[fla]', or a checkout on PYTHONPATH)"
         )
-        return loaded
+        return None
     layout = find_layout(roots)
     loaded.facts.update(fla_path=str(roots[0]), fla_version=tree_version(roots))
     if layout is None:
@@ -93,10 +117,10 @@ def load() -> Loaded:
             f"no causal conv1d in the fla at {roots[0]} "
             "(none of modules/causal_conv1d/, modules/conv/, modules/convolution.py)"
         )
-        return loaded
+        return None
     loaded.facts["layout"] = layout.name
     if not _interpreter(loaded):
-        return loaded
+        return None
     try:
         with warnings.catch_warnings():
             # fla warns "Triton is not supported on current platform" on a CPU: expected here.
@@ -104,22 +128,9 @@ def load() -> Loaded:
             modules = import_conv(layout, roots)
     except Exception as exc:  # no triton, a Triton too new or too old for this fla, ...
         loaded.reason = f"fla ({layout.name}) not importable: {type(exc).__name__}: {exc}"
-        return loaded
+        return None
     loaded.facts["modules"] = sorted({m.__name__ for m in modules})
-    api = probe_api(modules)
-    if isinstance(api, str):
-        loaded.reason = api
-        return loaded
-    functions, update, kernels = modules
-    loaded.reason = _needs_block_pointers(kernels)
-    if loaded.reason:
-        return loaded
-    if loaded.interpreted and not _prepare_interpreted(loaded, kernels):
-        return loaded
-    loaded.facts["cpu_bridges"] = cpu_bridges.install(modules)
-    loaded.functions, loaded.update, loaded.api = functions, update, api
-    loaded.facts["time_tile"] = {"rule": api.tile_rule, "tile": loaded.time_tile}
-    return loaded
+    return modules
 
 
 def _needs_block_pointers(kernels: Any) -> str | None:
@@ -143,7 +154,11 @@ def _prepare_interpreted(loaded: Loaded, kernels: Any) -> bool:
             "compiled-only and there is no GPU; import convmatrix's fla adapter first"
         )
         return False
-    loaded.facts["interpreter_workarounds"] = triton_interpreter.apply_workarounds()
+    try:
+        loaded.facts["interpreter_workarounds"] = triton_interpreter.apply_workarounds()
+    except RuntimeError as exc:  # a workaround that did not take under this Triton
+        loaded.reason = str(exc)
+        return False
     loaded.facts["autotune_configs"] = triton_interpreter.force_single_config(
         triton_interpreter.autotuners(kernels), BD=INTERPRETER_BD
     )
