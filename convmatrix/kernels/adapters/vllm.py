@@ -1,5 +1,7 @@
 """Adapter ``vllm``: vLLM's Triton causal conv1d (``vllm.model_executor.layers.mamba.ops.
-causal_conv1d``) behind the canonical protocol, imported lazily; needs vllm and a CUDA device.
+causal_conv1d``) behind the canonical protocol, loaded lazily: imported from vllm on a CUDA
+machine; elsewhere the file alone, from a vLLM source tree, under the Triton interpreter
+(``convmatrix.kernels.adapters.vllm_source``; docs/peers.md).
 
 Read in vllm-project/vllm, ``vllm/model_executor/layers/mamba/ops/causal_conv1d.py`` at commit
 533d3378ca79f40c74f52190935b8d95bbf34fcd (and 03c6dad84ad3b1df303e98805a3a0324d70e1539, which
@@ -31,9 +33,14 @@ differs only where noted), with its tests ``tests/kernels/mamba/test_causal_conv
   ``convmatrix.kernels.adapters.vllm:pad_minus_one``; an update without slots gets ``arange(B)``
   and pad -1 (no row is padding; pad 0 would skip row 0).
 
+vLLM 0.33.0 (its wheel's file, read and run here) renamed the update's ``pad_slot_id`` to
+``null_block_id`` and gave the forward a ``null_block_id`` too; the adapter reads the
+signatures it finds (``_ops_of``).
+
 Declared (``Capabilities``): forward widths 2-4, update widths 2-6, no backward, no ring buffer,
 a decode state of exactly K-1 columns, a final state per packed sequence, y into x for the
-update, the pad slot id. Everything else (layouts, gaps, dtypes) is left to the matrix to test.
+update, the pad slot id, products in the input dtype. Everything else (layouts, gaps, dtypes)
+is left to the matrix to test.
 """
 
 from __future__ import annotations
