@@ -247,7 +247,7 @@ def bisect(repo: Path, shas: dict[str, str], args: argparse.Namespace, python: s
 
 def table(rows: list[Row], bisected: str | None) -> str:
     head = (
-        "| release | date | layout | Triton | passed | failed | skipped | other | alerts | "
+        "| release / commit | date | layout | Triton | passed | failed | skipped | other | alerts | "
         "failing cases: outputs |\n|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
