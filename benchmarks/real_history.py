@@ -247,8 +247,8 @@ def bisect(repo: Path, shas: dict[str, str], args: argparse.Namespace, python: s
 
 def table(rows: list[Row], bisected: str | None) -> str:
     head = (
-        "| release / commit | date | layout | Triton | passed | failed | skipped | other | alerts | "
-        "failing cases: outputs |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| release / commit | date | layout | Triton | passed | failed | skipped | other | "
+        "alerts | failing cases: outputs |\n|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for row in rows:
