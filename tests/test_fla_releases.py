@@ -201,15 +201,15 @@ from test_tiled import _seq_idx, _stored_dtypes, assert_matches, make_problem, r
 from convmatrix.kernels.adapters.fla import FlaKernel
 kernel = FlaKernel()
 assert kernel.availability() is None, kernel.availability()  # sets TRITON_INTERPRET first
-from triton.runtime.interpreter import InterpretedFunction
-tiles, run = [], InterpretedFunction.run
+from triton.runtime.interpreter import GridExecutor  # runs every launch, Triton 3.3 to 3.9
+tiles, launch = [], GridExecutor.__call__
 
 def recording(self, *args, **kwargs):  # the BT each forward launch really gets
     if self.fn.__name__ == "causal_conv1d_fwd_kernel":
         tiles.append(kwargs["BT"])
-    return run(self, *args, **kwargs)
+    return launch(self, *args, **kwargs)
 
-InterpretedFunction.run = recording
+GridExecutor.__call__ = recording
 for batch, length, lens in ((2, 70, None), (2, 70, (30, -3, 37)), (1, 5, None)):
     p = make_problem(batch, 20, length, 4, seed=length)
     got, ref = run_both(kernel, p, seq_idx=None if lens is None else _seq_idx(batch, lens))

@@ -49,6 +49,13 @@ back) is handled by what it does.
   and the launch takes the parameters from that dict afterwards (keys that are not
   parameters are dropped, as a compiled launch has no place for them). fla's grids read only
   ``meta['BD']``, which both ways give alike.
+- ``autotune_decorate``: Triton 3.3's ``Autotuner`` asks the driver for its benchmarker when
+  a kernel is *decorated*, so a module of autotuned kernels (fla's) does not import under the
+  interpreter (``RuntimeError: 0 active drivers``). Workaround
+  (``_autotune_without_driver``): an autotuner made without a benchmarker gets one that
+  raises if ever called (with one config kept, it never is). Absent in 3.6 and 3.9. Being a
+  decoration-time defect, its workaround must be in place before the kernels are imported:
+  adapters call ``apply_workarounds`` first.
 - ``autotune``: ``@triton.autotune`` with more than one config benchmarks them through the
   active GPU driver, which the interpreter does not have (``RuntimeError: 0 active drivers``);
   interpreting every config would also multiply the (slow) run time. ``force_single_config``
@@ -252,25 +259,56 @@ def _rtne_bf16() -> None:
 
 def _compiled_grid() -> None:
     """A callable grid sees and may change the launch's arguments, as compiled Triton's
-    does (see ``grid_meta`` in the module docstring)."""
-    from triton.runtime.interpreter import InterpretedFunction
+    does (see ``grid_meta`` in the module docstring). ``GridExecutor`` runs every interpreted
+    launch from Triton 3.3 to 3.9 (``InterpretedFunction.run`` is a per-instance closure in
+    3.3), so the grid is evaluated there, before the arguments become pointers."""
+    from triton.runtime.interpreter import GridExecutor
 
-    run = InterpretedFunction.run
+    call = GridExecutor.__call__
 
-    def patched(self: Any, *args: Any, grid: Any, warmup: Any, **kwargs: Any) -> Any:
-        if warmup or not callable(grid):
-            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
-        params = {k: v for k, v in kwargs.items() if k in self.arg_names}
-        meta = dict(zip(self.arg_names, args, strict=False)) | params
-        dims = tuple(grid(meta))
-        options = {k: v for k, v in kwargs.items() if k not in self.arg_names}
-        given = {k: meta[k] for k in self.arg_names if k in meta}
-        return run(self, grid=dims, warmup=warmup, **options, **given)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        grid = self.grid
+        if not callable(grid):
+            return call(self, *args, **kwargs)
+        names = list(self.arg_names)
+        meta = dict(zip(names, args, strict=False)) | {
+            k: v for k, v in kwargs.items() if k in names
+        }
+        self.grid = tuple(grid(meta))
+        options = {k: v for k, v in kwargs.items() if k not in names}
+        try:
+            return call(self, **options, **{k: meta[k] for k in names if k in meta})
+        finally:
+            self.grid = grid
 
-    InterpretedFunction.run = patched
+    GridExecutor.__call__ = __call__
+
+
+def _autotune_without_driver() -> None:
+    """``Autotuner`` gets a benchmarker that is never the driver's (see
+    ``autotune_decorate`` in the module docstring): with one config kept there is nothing to
+    benchmark, and asking for it says why it cannot."""
+    from triton.runtime.autotuner import Autotuner
+
+    init = Autotuner.__init__
+    position = list(inspect.signature(init).parameters).index("do_bench")
+
+    def no_bench(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("autotuning benchmarks on a GPU; keep one config under the interpreter")
+
+    def __init__(*args: Any, **kwargs: Any) -> None:
+        if position < len(args):
+            if args[position] is None:
+                args = (*args[:position], no_bench, *args[position + 1 :])
+        elif kwargs.get("do_bench") is None:
+            kwargs["do_bench"] = no_bench
+        init(*args, **kwargs)
+
+    Autotuner.__init__ = __init__
 
 
 _WORKAROUNDS: dict[str, Callable[[], None]] = {
+    "autotune_decorate": _autotune_without_driver,
     "scalar_mask": _bool_masks,
     "bf16_round": _rtne_bf16,
     "bf16_arith": _bf16_arith,

@@ -110,7 +110,8 @@ def _interpreted_source() -> tuple[VllmOps | None, str | None]:
     reason = triton_interpreter.enable()
     if reason:
         return None, reason
-    try:
+    try:  # before the file's kernels are decorated (some defects act then)
+        workarounds = triton_interpreter.apply_workarounds()
         module = vllm_source.load_source(root)
     except Exception as exc:  # a Triton this file does not run on, an import not bridged
         return (
@@ -129,7 +130,7 @@ def _interpreted_source() -> tuple[VllmOps | None, str | None]:
     facts = {
         "vllm_source": str(root / vllm_source.FILE),
         "interpreter": True,
-        "interpreter_workarounds": triton_interpreter.apply_workarounds(),
+        "interpreter_workarounds": workarounds,
     }
     return _ops_of(module, "vllm", facts), None
 

@@ -66,12 +66,19 @@ def _version(dist: str) -> str | None:
 
 
 def _interpreter(loaded: Loaded) -> bool:
-    """Turn the interpreter on where there is no CUDA device (before fla is imported)."""
+    """Turn the interpreter on where there is no CUDA device, and work around its defects,
+    before fla is imported (the flag and some defects act when a kernel is decorated)."""
     if not torch.cuda.is_available():
         loaded.reason = triton_interpreter.enable()
         if loaded.reason:
             return False
     loaded.interpreted = triton_interpreter.interpreting()
+    if loaded.interpreted:
+        try:
+            loaded.facts["interpreter_workarounds"] = triton_interpreter.apply_workarounds()
+        except (ImportError, RuntimeError) as exc:  # no Triton; a workaround that did not take
+            loaded.reason = f"Triton's interpreter: {type(exc).__name__}: {exc}"
+            return False
     return True
 
 
@@ -147,17 +154,12 @@ def _needs_block_pointers(kernels: Any) -> str | None:
 
 
 def _prepare_interpreted(loaded: Loaded, kernels: Any) -> bool:
-    """Workarounds for the interpreter's defects (probed) and one config per autotuner."""
+    """fla's kernels are interpreted; one config kept per autotuner."""
     if not triton_interpreter.is_interpreted(kernels.causal_conv1d_fwd_kernel):
         loaded.reason = (
             "fla was imported before TRITON_INTERPRET=1 was set, so its kernels are "
             "compiled-only and there is no GPU; import convmatrix's fla adapter first"
         )
-        return False
-    try:
-        loaded.facts["interpreter_workarounds"] = triton_interpreter.apply_workarounds()
-    except RuntimeError as exc:  # a workaround that did not take under this Triton
-        loaded.reason = str(exc)
         return False
     loaded.facts["autotune_configs"] = triton_interpreter.force_single_config(
         triton_interpreter.autotuners(kernels), BD=INTERPRETER_BD
