@@ -258,6 +258,8 @@ def table(rows: list[Row], bisected: str | None) -> str:
         if row.python is None:
             reasons = {r for r in row.tried.values() if r}
             failing = "not run: " + " / ".join(sorted(reasons))[:200]
+        elif not row.outcomes:  # a usage error, an interrupted run: nothing was recorded
+            failing = f"no results: convmatrix run exited {row.exit_code} (see its log)"
         lines.append(
             f"| {row.tree.label} | {row.tree.date} | {row.layout or '-'} | {row.triton or '-'} | "
             f"{counts['passed']} | {counts['failed']} | {counts['skipped']} | {other} | "
