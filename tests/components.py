@@ -11,6 +11,10 @@ Playwright, SciPy, ...) are plain imports: missing or broken, they fail collecti
 find at run time: a server (PostgreSQL), a program (Chromium), and the extras that part of the
 suite must run without (fla/Triton, Ray).
 
+A component CI cannot provide (``in_ci=False``: a second Triton, for fla released before
+Triton 3.9 dropped block pointers) is skipped under CI too, the skip naming what covers it
+instead (``provided_by``), so CI stays green on what it can run and says what it did not.
+
 Use ``@pytest.mark.requires("chromium", ...)`` on a test (or in ``pytestmark``), or
 ``require("postgresql")`` in a fixture; ``missing(name, reason)`` when a test finds out itself
 (an installed library that does not load). A skip for any other reason (a CUDA device present,
@@ -102,8 +106,26 @@ def _package(module: str, install: str) -> Callable[[], str | None]:
 @dataclass(frozen=True)
 class Component:
     what: str  # what the tests need
-    provided_by: str  # where CI gets it
+    provided_by: str  # where CI gets it (or, when not in_ci, what covers it instead)
     probe: Callable[[], str | None]  # None when present, else why it is not
+    # False: CI cannot provide it (a second Triton beside the one the fla extra installs);
+    # its tests skip there too, and ``provided_by`` names what covers them.
+    in_ci: bool = True
+
+
+BLOCK_PTR_PYTHON_ENV = "CONVMATRIX_TEST_BLOCK_PTR_PYTHON"
+
+
+def _block_ptr_python() -> str | None:
+    python = os.environ.get(BLOCK_PTR_PYTHON_ENV)
+    if not python:
+        return (
+            f"{BLOCK_PTR_PYTHON_ENV} is unset: no Python whose Triton still runs "
+            "tl.make_block_ptr (docs/peers.md: a venv with triton==3.6.0)"
+        )
+    if not os.access(python, os.X_OK):
+        return f"{BLOCK_PTR_PYTHON_ENV}={python} is not an executable"
+    return None
 
 
 COMPONENTS: dict[str, Component] = {
@@ -147,6 +169,20 @@ COMPONENTS: dict[str, Component] = {
         "the fla extra",
         _package("triton", "pip install 'convmatrix[fla]'"),
     ),
+    "fla-releases": Component(
+        "fla's PyPI releases, one per layout, unpacked (CONVMATRIX_FLA_RELEASES names a "
+        "directory of them; else pip download --no-deps into pytest's cache)",
+        "PyPI, downloaded by tests/test_fla.py (a few wheels under 1 MB)",
+        lambda: None,  # the fixture finds out (downloads) and calls missing() itself
+    ),
+    "triton-block-ptr": Component(
+        "a second Python (a venv with convmatrix and triton 3.6) whose Triton runs "
+        "tl.make_block_ptr, for fla released before 2026-07-25",
+        "benchmarks/real_history.py, which runs every fla release under it (docs/peers.md); "
+        "CI installs one Triton, the newest, with the fla extra",
+        _block_ptr_python,
+        in_ci=False,
+    ),
     "torch": Component(
         "torch", "a core dependency (noxfile.py pins it)", _package("torch", "pip install torch")
     ),
@@ -157,9 +193,14 @@ def missing(name: str, reason: str) -> NoReturn:
     """The component ``name`` is missing: skip (locally) or fail (under CI), with ``reason``."""
     if name not in COMPONENTS:
         raise ValueError(f"{name!r} is not a declared component (tests/components.py)")
-    if under_ci():
+    if under_ci() and COMPONENTS[name].in_ci:
         pytest.fail(f"{MISSING} {name}: {reason}", pytrace=False)
-    pytest.skip(f"needs {name}: {reason}")
+    covered = (
+        ""
+        if COMPONENTS[name].in_ci
+        else f" (not in CI; covered by: {COMPONENTS[name].provided_by})"
+    )
+    pytest.skip(f"needs {name}: {reason}{covered}")
 
 
 def require(*names: str) -> None:

@@ -14,10 +14,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from components import missing
+from components import BLOCK_PTR_PYTHON_ENV, missing
 from test_tiled import _seq_idx, _stored_dtypes, assert_matches, make_problem, run_both
 
 from convmatrix.core import Case
@@ -27,6 +28,7 @@ from convmatrix.kernels.adapters.fla import FlaKernel
 from convmatrix.kernels.oracle.reference import ReferenceKernel
 from convmatrix.matrix import expand_matrix
 
+REPO = str(Path(__file__).resolve().parents[1])
 needs_triton = pytest.mark.requires("triton")
 needs_fla = pytest.mark.requires("triton", "fla")
 # fla's tiles: 64 tokens; under the interpreter 16 channels (one autotune config kept).
@@ -115,39 +117,79 @@ print("ok", reason)
     assert done.stdout.startswith("ok")
 
 
-# -- the Triton interpreter's defects: still there, gates still right -----------------------
+# -- the Triton interpreter's defects: workarounds follow what this Triton does ------------
+
+# Run in a fresh process (the interpreter flag must precede the first import of Triton, and no
+# workaround may be installed yet): the probes' answers, the workarounds the adapter's call
+# installs, and the probes again afterwards.
+PROBE_AND_APPLY = """
+import json, os
+os.environ["TRITON_INTERPRET"] = "1"
+from convmatrix.kernels.adapters import triton_interpreter, triton_probes
+before = triton_probes.probe()
+applied = triton_interpreter.apply_workarounds()
+print(json.dumps({"before": before, "applied": applied, "after": triton_probes.probe()}))
+"""
 
 
-@pytest.fixture(scope="module")
-def probe() -> dict:
-    """``triton_interpreter.probe()`` in a fresh process (no workaround installed there)."""
+def probe_and_apply(python: str = sys.executable) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "convmatrix.kernels.adapters.triton_interpreter", "--probe"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, triton_interpreter.ENV: "1"},
-    )
+        [python, "-c", PROBE_AND_APPLY], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def probe() -> dict:
+    """The probes' answers and the workarounds applied, with this process's Triton."""
+    return probe_and_apply()
+
+
+def _check_workarounds_follow_probes(found: dict) -> None:
+    """A workaround is installed exactly where its probe finds the defect, and takes."""
+    for name, state in found["applied"].items():
+        assert state == ("worked around" if found["before"][name] else "absent"), (name, found)
+        assert found["after"][name] is False, f"{name} still present after the workaround"
+
+
 @needs_triton
-@pytest.mark.parametrize(
-    ("defect", "gate", "constant"),
-    [
-        ("scalar_mask", triton_interpreter.needs_mask_workaround, "SCALAR_MASK_FIXED_IN"),
-        ("bf16_round", triton_interpreter.needs_bf16_round_workaround, "BF16_ROUND_FIXED_IN"),
-    ],
-)
-def test_workaround_gates_match_this_triton(probe, defect, gate, constant):
-    """Each workaround is installed exactly on the Triton versions that have its defect: when
-    a release fixes one, this fails; move the gate's constant down to that release."""
-    gated = gate(triton_interpreter.version_tuple(probe["triton"]))
-    assert probe[defect] == gated, (
-        f"Triton {probe['triton']}: {defect} present={probe[defect]}, workaround "
-        f"gated={gated}; adjust {constant}"
-    )
+def test_workarounds_follow_this_tritons_probes(probe):
+    workarounds = {"autotune_decorate", "scalar_mask", "bf16_round", "bf16_arith", "grid_meta"}
+    assert set(probe["applied"]) == workarounds
+    _check_workarounds_follow_probes(probe)
+
+
+@pytest.mark.requires("triton-block-ptr")
+def test_workarounds_follow_the_probes_of_a_triton_with_block_pointers():
+    """The same under the second Triton (3.6 here; 3.3.1 answered alike but for
+    autotune_decorate, docs/peers.md): no scalar-mask defect there (measured), so masked
+    loads are left alone; bf16 rounding is still fixed."""
+    found = probe_and_apply(os.environ[BLOCK_PTR_PYTHON_ENV])
+    _check_workarounds_follow_probes(found)
+    assert found["before"]["no_block_ptr"] is False
+
+
+def test_wrappers_take_the_argument_wherever_the_signature_puts_it():
+    """create_masked_load gained an argument between Triton 3.6 and 3.9; the wrapper finds
+    ``mask`` by name and passes every other argument through, positional or keyword."""
+
+    def load_36(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+        return (ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+
+    def load_39(self, ptrs, mask, other, cache_policy, is_volatile):
+        return (ptrs, mask, other, cache_policy, is_volatile)
+
+    def mark(mask):
+        return ("fixed", mask)
+
+    old = triton_interpreter._replacing(load_36, "mask", mark)
+    assert old(None, "p", "m", "o", "c", "e", True) == ("p", ("fixed", "m"), "o", "c", "e", True)
+    new = triton_interpreter._replacing(load_39, "mask", mark)
+    assert new(None, "p", "m", "o", "c", False) == ("p", ("fixed", "m"), "o", "c", False)
+    by_name = new(None, "p", mask="m", other="o", cache_policy="c", is_volatile=False)
+    assert by_name == ("p", ("fixed", "m"), "o", "c", False)
 
 
 @needs_fla
@@ -181,15 +223,7 @@ def test_interpreter_still_cannot_autotune(probe):
     """Why the adapter keeps one autotune config: several fail under the interpreter. If this
     fails, a Triton release can autotune interpreted kernels; one config is still far faster,
     but the reason in triton_interpreter's docstring is stale."""
-    assert probe["autotune"], f"Triton {probe['triton']} autotunes under the interpreter"
-
-
-@needs_triton
-@pytest.mark.parametrize("defect", ["bf16_mul", "grid_meta"])
-def test_defects_fla_does_not_reach_are_still_present(probe, defect):
-    """Defects with no workaround (fla's conv kernels do not reach them, see the next test).
-    Failing here means a Triton release fixed one: update triton_interpreter's docstring."""
-    assert probe[defect], f"Triton {probe['triton']} fixed {defect}"
+    assert probe["before"]["autotune"], f"Triton {probe['before']['triton']} autotunes"
 
 
 @needs_fla

@@ -1,6 +1,11 @@
-"""The ``vllm`` adapter on a machine without vLLM or a GPU: availability, its declared contract,
-the stand-in of vLLM's API (convmatrix.kernels.doubles.vllm_standin) following the conventions read
-in vLLM's source, and the adapter's translation against it.
+"""The ``vllm`` adapter on a machine without a GPU: availability, its declared contract, vLLM's
+own Triton file (0.33.0, tests/resources/vllm-0.33.0) under the Triton interpreter, and the
+stand-in of vLLM's API (convmatrix.kernels.doubles.vllm_standin) following the conventions read
+in vLLM's source, with the adapter's translation against it.
+
+vLLM's file runs in a fresh process (the interpreter flag must precede the first import of
+Triton, and this process may hold a compiled Triton); it needs the declared component
+``triton`` (the fla extra).
 
 Numeric checks reuse test_tiled's judge: the (dtype, output) tolerance rows against the
 float64 reference from the same rounded inputs (fp32: ~1.9e-6 relative); state copies bit for
@@ -9,7 +14,15 @@ bit (the update only moves values).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,22 +30,119 @@ from test_tiled import assert_matches, make_problem
 
 from convmatrix.core.case import Case
 from convmatrix.kernels import ContractError, load
-from convmatrix.kernels.adapters.vllm import NULL_BLOCK_ID, VllmKernel, standin
+from convmatrix.kernels.adapters import vllm_source
+from convmatrix.kernels.adapters.vllm import NULL_BLOCK_ID, VllmKernel, _ops_of, standin
 from convmatrix.kernels.doubles.vllm_standin import causal_conv1d_update
 from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.runners.execute import Context, run_case
 
+REPO = Path(__file__).resolve().parents[1]
+VENDORED = Path(__file__).parent / "resources" / "vllm-0.33.0"
+RECORD_SHA256 = "UvVhiLKgjxIU2-cOBCNfsSYPlP-qritauPcvKBZD-tI"  # the wheel's RECORD
 
-def test_without_a_gpu_or_vllm_it_says_why_and_refuses_calls():
-    kernel = load("vllm")
-    reason = kernel.availability()
+
+def test_without_a_gpu_or_a_vllm_source_it_says_why_and_refuses_calls(monkeypatch, tmp_path):
     if torch.cuda.is_available():  # a CUDA machine: vLLM itself decides
         pytest.skip("CUDA present: availability depends on the installed vllm")
-    assert reason == "needs a CUDA device (torch.cuda.is_available() is False)"
+    monkeypatch.delenv(vllm_source.ENV, raising=False)
+    kernel = load("vllm")
+    assert kernel.availability().startswith("no vLLM source: set CONVMATRIX_VLLM_SRC")
     with pytest.raises(ContractError, match="unavailable"):
         kernel.forward(torch.randn(1, 8, 4), torch.randn(8, 4))
     assert kernel.source_module == "vllm"
+    monkeypatch.setenv(vllm_source.ENV, str(tmp_path))
+    assert f"{tmp_path}: no {vllm_source.FILE} there" in load("vllm").availability()
+
+
+@pytest.fixture(scope="session")
+def vllm_tree(tmp_path_factory) -> Path:
+    """The vendored file laid out as a vLLM source tree (tests/resources/vllm-0.33.0)."""
+    source = (VENDORED / "causal_conv1d.py.vendored").read_bytes()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(source).digest()).rstrip(b"=").decode()
+    assert digest == RECORD_SHA256, "the vendored file is not vLLM 0.33.0's"
+    root = tmp_path_factory.mktemp("vllm-0.33.0")
+    conv = root / vllm_source.FILE
+    conv.parent.mkdir(parents=True)
+    conv.write_bytes(source)
+    utils = root / "vllm/v1/attention/backends/utils.py"
+    utils.parent.mkdir(parents=True)
+    shutil.copy(VENDORED / "backends_utils.py.vendored", utils)
+    return root
+
+
+def test_the_forward_loops_over_a_runtime_range(vllm_tree):
+    """Why Triton 3.6's interpreter cannot run vLLM 0.33's forward (``range_tensor``): one
+    loop, ``for idx_token in range(segment_len)``, bounded by a loaded value."""
+    lines = vllm_source.runtime_range_loops(vllm_tree / vllm_source.FILE)
+    text = (vllm_tree / vllm_source.FILE).read_text().splitlines()
+    assert [text[n - 1].strip() for n in lines] == ["for idx_token in range(segment_len):"]
+
+
+def test_signatures_of_each_vllm_version_are_followed():
+    """vLLM 0.33 renamed the update's pad_slot_id to null_block_id and gave the forward a
+    null_block_id (0 by default: the adapter's line 0 would be skipped); older vLLM has
+    neither. The adapter follows the signature it finds."""
+
+    class Old:
+        def causal_conv1d_fn(x, w, b, states, loc, pad_slot_id=-1): ...
+        def causal_conv1d_update(x, state, w, b=None, act=None, pad_slot_id=-1): ...
+
+    class New:
+        def causal_conv1d_fn(x, w, b, states, loc, pad_slot_id=-1, null_block_id=0): ...
+        def causal_conv1d_update(x, state, w, b=None, act=None, null_block_id=0): ...
+
+    old, new = _ops_of(Old, "vllm", {}), _ops_of(New, "vllm", {})
+    assert old.pad_keyword == "pad_slot_id" and old.causal_conv1d_fn is Old.causal_conv1d_fn
+    assert new.pad_keyword == "null_block_id"
+    assert new.causal_conv1d_fn.keywords == {"null_block_id": -1}  # no line is the null block
+
+
+INTERPRETED = """
+import json, sys
+from convmatrix.kernels import load
+from convmatrix.kernels.adapters import triton_probes
+from convmatrix.matrix import expand_matrix, load_matrix
+from convmatrix.runners.execute import Context, run_case
+kernel = load("vllm")
+reason, facts = kernel.availability(), dict(kernel.describe())
+bad, ops = [], set()
+if reason is None:
+    cases = [c for c in expand_matrix(load_matrix("nightly"), kernel).cases
+             if c.op == "update" or c.op == "fwd"]
+    for result in (run_case(c, Context(kernel)) for c in cases):
+        if result.outcome == "passed" and result.case.expect == "ok":
+            ops.add(result.case.op)
+        elif result.outcome != "passed" and result.outcome != "skipped":
+            bad.append(f"{result.case.pytest_id}: {result.message}")
+print(json.dumps({"reason": reason, "facts": facts, "bad": bad, "ops": sorted(ops),
+                  "range_tensor": triton_probes.range_tensor(),
+                  "vllm_modules": [m for m in sys.modules if m.split(".")[0] == "vllm"]},
+                 default=str))
+"""
+
+
+@pytest.mark.requires("triton")
+def test_vllms_triton_file_runs_under_the_interpreter(vllm_tree):
+    """vLLM 0.33.0's own kernels, no vLLM imported: every in-contract nightly forward and
+    update passes (packed sequences with states, slots, rows on the null block, y into x),
+    or, under a Triton whose interpreter cannot loop over a runtime range, the adapter says
+    so instead of failing every case."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERPRETED], capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(REPO), vllm_source.ENV: str(vllm_tree)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    facts = got["facts"]
+    assert facts["vllm_source"] == str(vllm_tree / vllm_source.FILE)
+    if got["range_tensor"]:
+        assert "range(n) with n a runtime value" in got["reason"]
+        return
+    assert got["reason"] is None and got["bad"] == [] and got["ops"] == ["fwd", "update"]
+    assert facts["interpreter"] and facts["pad_keyword"] == "null_block_id"
+    assert facts["interpreter_workarounds"]["grid_meta"] == "worked around"
+    assert got["vllm_modules"] == []  # the bridges are gone; nothing of vLLM was imported
 
 
 def test_declared_contract():

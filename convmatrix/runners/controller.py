@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 from collections import Counter
@@ -359,6 +360,11 @@ def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
             # intra-op threads and OpenMP wait of each process that ran cases (CPU runs)
             "threads": prepared.threads.record(int(request.workers), cpu_cores())
             if prepared.device.type == "cpu"
+            else None,
+            # what the kernel says it loaded (an adapter: the library's version, layout, the
+            # interpreter's workarounds...), as JSON; str() for anything JSON cannot hold
+            "kernel": json.loads(json.dumps(dict(describe()), default=str))
+            if callable(describe)
             else None,
         },
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,

@@ -1,5 +1,7 @@
 """Adapter ``vllm``: vLLM's Triton causal conv1d (``vllm.model_executor.layers.mamba.ops.
-causal_conv1d``) behind the canonical protocol, imported lazily; needs vllm and a CUDA device.
+causal_conv1d``) behind the canonical protocol, loaded lazily: imported from vllm on a CUDA
+machine; elsewhere the file alone, from a vLLM source tree, under the Triton interpreter
+(``convmatrix.kernels.adapters.vllm_source``; docs/peers.md).
 
 Read in vllm-project/vllm, ``vllm/model_executor/layers/mamba/ops/causal_conv1d.py`` at commit
 533d3378ca79f40c74f52190935b8d95bbf34fcd (and 03c6dad84ad3b1df303e98805a3a0324d70e1539, which
@@ -31,21 +33,29 @@ differs only where noted), with its tests ``tests/kernels/mamba/test_causal_conv
   ``convmatrix.kernels.adapters.vllm:pad_minus_one``; an update without slots gets ``arange(B)``
   and pad -1 (no row is padding; pad 0 would skip row 0).
 
+vLLM 0.33.0 (its wheel's file, read and run here) renamed the update's ``pad_slot_id`` to
+``null_block_id`` and gave the forward a ``null_block_id`` too; the adapter reads the
+signatures it finds (``_ops_of``).
+
 Declared (``Capabilities``): forward widths 2-4, update widths 2-6, no backward, no ring buffer,
 a decode state of exactly K-1 columns, a final state per packed sequence, y into x for the
-update, the pad slot id. Everything else (layouts, gaps, dtypes) is left to the matrix to test.
+update, the pad slot id, products in the input dtype. Everything else (layouts, gaps, dtypes)
+is left to the matrix to test.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 import torch
 
+from convmatrix.kernels.adapters import triton_interpreter, triton_probes, vllm_source
 from convmatrix.kernels.adapters.vllm_style import vllm_style_forward
 from convmatrix.kernels.interface.protocol import (
     FEATURES,
@@ -73,18 +83,68 @@ class VllmOps:
     causal_conv1d_fn: Callable[..., Any]
     causal_conv1d_update: Callable[..., Any]
     label: str = "vllm"
+    # the update's keyword for the id of a row it skips: pad_slot_id until vLLM renamed it
+    # null_block_id (0.33 has only the latter)
+    pad_keyword: str = "pad_slot_id"
+    facts: Mapping[str, Any] = field(default_factory=dict)  # how it was loaded (describe)
+
+
+def _ops_of(module: Any, label: str, facts: Mapping[str, Any]) -> VllmOps:
+    """The entry points of vLLM's module, adapted to the signatures this version has: a
+    forward with ``null_block_id`` (0.33) skips the sequences whose line is that id, and the
+    adapter gives every sequence its own line from 0, so it passes -1 (no line is the null
+    block; the check stays compiled in, as vLLM runs it)."""
+    fn, update = module.causal_conv1d_fn, module.causal_conv1d_update
+    if "null_block_id" in inspect.signature(fn).parameters:
+        fn = functools.partial(fn, null_block_id=-1)
+    params = inspect.signature(update).parameters
+    keyword = "null_block_id" if "null_block_id" in params else "pad_slot_id"
+    return VllmOps(fn, update, label, keyword, facts)
+
+
+def _interpreted_source() -> tuple[VllmOps | None, str | None]:
+    """vLLM's Triton file from a source tree, under the Triton interpreter (no GPU here)."""
+    root = vllm_source.find_source()
+    if isinstance(root, str):
+        return None, root
+    reason = triton_interpreter.enable()
+    if reason:
+        return None, reason
+    try:  # before the file's kernels are decorated (some defects act then)
+        workarounds = triton_interpreter.apply_workarounds()
+        module = vllm_source.load_source(root)
+    except Exception as exc:  # a Triton this file does not run on, an import not bridged
+        return (
+            None,
+            f"vLLM's {vllm_source.FILE} in {root} not loadable: {type(exc).__name__}: {exc}",
+        )
+    if not triton_interpreter.is_interpreted(module._causal_conv1d_update_kernel):
+        return None, "Triton was imported before TRITON_INTERPRET=1 and there is no GPU"
+    loops = vllm_source.runtime_range_loops(root / vllm_source.FILE)
+    if loops and triton_probes.range_tensor():
+        return None, (
+            f"this Triton's interpreter cannot loop over range(n) with n a runtime value, which "
+            f"{vllm_source.FILE} does (lines {', '.join(map(str, loops))}): every forward would "
+            "raise; run it under a Triton whose interpreter can (docs/peers.md)"
+        )
+    facts = {
+        "vllm_source": str(root / vllm_source.FILE),
+        "interpreter": True,
+        "interpreter_workarounds": workarounds,
+    }
+    return _ops_of(module, "vllm", facts), None
 
 
 def load_vllm_ops() -> tuple[VllmOps | None, str | None]:
-    """(vLLM's ops, None) or (None, why not); never raises. Checks for CUDA before importing
-    vllm (its import is slow and its Triton kernels cannot run without a GPU)."""
+    """(vLLM's ops, None) or (None, why not); never raises. With CUDA, vLLM is imported as
+    it is; without, its Triton file runs under the interpreter (``vllm_source``)."""
     if not torch.cuda.is_available():
-        return None, "needs a CUDA device (torch.cuda.is_available() is False)"
+        return _interpreted_source()
     try:
         module = importlib.import_module(MODULE)
     except Exception as exc:  # not installed, or built for another torch
         return None, f"vllm not importable: {type(exc).__name__}: {exc}"
-    return VllmOps(module.causal_conv1d_fn, module.causal_conv1d_update), None
+    return _ops_of(module, "vllm", {"interpreter": False}), None
 
 
 def _version(dist: str) -> str | None:
@@ -115,6 +175,11 @@ class VllmKernel(KernelBase):
             final_state="per_sequence",
             inplace_y=frozenset({"update"}),
             pad_slot_id=pad_slot_id,
+            # Triton's promotion computes x * w in 16 bits when either is fp16, or both bf16
+            # (fp16 wins over bf16), before the fp32 accumulator: products are rounded to the
+            # input dtype (measured under the interpreter on nightly: 13 such 16-bit cases
+            # over the fp32-intermediate bound, none under this one)
+            intermediate="input",
         )
 
     def _require(self) -> VllmOps:
@@ -134,7 +199,16 @@ class VllmKernel(KernelBase):
 
     def describe(self) -> Mapping[str, Any]:
         versions = {"vllm": _version("vllm"), "triton": _version("triton")}
-        return {**super().describe(), **versions, "pad_slot_id": self.capabilities.pad_slot_id}
+        facts = dict(self._ops.facts) if self._ops is not None else {}
+        if self._ops is not None:
+            facts["pad_keyword"] = self._ops.pad_keyword
+        return {
+            **super().describe(),
+            **versions,
+            **facts,
+            "pad_slot_id": self.capabilities.pad_slot_id,
+            "unavailable": self._reason,
+        }
 
     def forward(
         self,
@@ -187,8 +261,9 @@ class VllmKernel(KernelBase):
         indices, pad = self._indices(state_indices, batch, x.device)
         with torch.no_grad():
             y = ops.causal_conv1d_update(
-                x, conv_state, weight, bias, activation, conv_state_indices=indices, pad_slot_id=pad
-            )
+                x, conv_state, weight, bias, activation, conv_state_indices=indices,
+                **{ops.pad_keyword: pad},
+            )  # fmt: skip
         live = (indices != pad)[:, None, None]
         return torch.where(live, y, torch.zeros((), dtype=y.dtype, device=y.device))
 
