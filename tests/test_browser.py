@@ -208,7 +208,9 @@ def test_history_report(open_page, reports):
     assert page.locator("svg.chart circle").count() == len(runs) * (4 * len(outputs) + 1)
     assert page.locator("svg.chart rect.mark").count() == len(outputs) + 1  # the failing run
     tips = page.eval_on_selector_all("svg.chart g title", "ts => ts.map(t => t.textContent)")
-    assert any(t.startswith(f"run {runs[1]['run_id']} @ {'2' * 40}") for t in tips)
+    # A point's tip names its run and the kernel at its commit (8 hex digits, as git's short form).
+    head = runs[1]
+    assert any(t.startswith(f"run {head['run_id']}: {head['kernel']}@{'2' * 8} (") for t in tips)
     for run in runs:
         for output, stats in run["outputs"].items():
             row = page.locator(f'tr[data-run-id="{run["run_id"]}"][data-output="{output}"]')

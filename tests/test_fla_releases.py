@@ -3,7 +3,8 @@ in a fresh process with the release on ``PYTHONPATH`` (as a checkout would be).
 
 Releases come from ``CONVMATRIX_FLA_RELEASES`` (a directory of unpacked wheels named
 ``<dist>-<version>/``, e.g. ``fla_core-0.5.2/fla/...``), else ``pip download --no-deps`` into
-pytest's cache (``.pytest_cache``; under 1 MB each): the declared component ``fla-releases``.
+the run's temporary root, shared by the xdist workers (under 1 MB each; pytest's cache plugin is
+off in this project): the declared component ``fla-releases``.
 Running releases from before 2026-07-25 needs a Triton with block pointers, a second Python
 (``triton-block-ptr``, not in CI; benchmarks/real_history.py runs every release under it).
 
@@ -13,6 +14,7 @@ float64 reference from the same rounded inputs).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -39,10 +41,14 @@ LAYOUTS = {
 
 
 @pytest.fixture(scope="session")
-def releases(pytestconfig: pytest.Config):
-    """``tree(dist, version)``: the directory holding that release's ``fla/``."""
+def releases(tmp_path_factory: pytest.TempPathFactory):
+    """``tree(dist, version)``: the directory holding that release's ``fla/``.
+
+    Downloads go to the parent of the worker's base temp (one per run, shared by the xdist
+    workers, as xdist's docs do for once-per-run fixtures); each worker unpacks into its own
+    directory and renames it into place, so two workers never see a half-written release."""
     given = os.environ.get(RELEASES_ENV)
-    cache = Path(given) if given else pytestconfig.cache.mkdir("fla-releases")
+    cache = Path(given) if given else tmp_path_factory.getbasetemp().parent / "fla-releases"
 
     def tree(dist: str, version: str) -> Path:
         where = cache / f"{dist.replace('-', '_')}-{version}"
@@ -50,7 +56,7 @@ def releases(pytestconfig: pytest.Config):
             return where
         if given:
             missing("fla-releases", f"{RELEASES_ENV}={given} has no {where.name}/fla")
-        wheels = cache / "wheels"
+        wheels = cache / f"wheels-{os.getpid()}"
         done = subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary",
              ":all:", f"{dist}=={version}", "-d", str(wheels)],
@@ -59,8 +65,11 @@ def releases(pytestconfig: pytest.Config):
         found = sorted(wheels.glob(f"{dist.replace('-', '_')}-{version}-*.whl"))
         if done.returncode or not found:
             missing("fla-releases", f"pip download {dist}=={version}: {done.stderr[-300:]}")
+        unpacked = cache / f"{where.name}.{os.getpid()}"
         with zipfile.ZipFile(found[0]) as wheel:
-            wheel.extractall(where)
+            wheel.extractall(unpacked)
+        with contextlib.suppress(OSError):  # another worker put it in place first
+            unpacked.rename(where)
         return where
 
     return tree

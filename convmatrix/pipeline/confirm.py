@@ -171,3 +171,4 @@ def confirm(state: RunState) -> None:
         return
     assert state.database is not None and state.run_id is not None
     end.confirmation = confirm_run(state.database, state.run_id, state.options.workers)
+    end.account.rejudged = len(end.confirmation.rejudged)

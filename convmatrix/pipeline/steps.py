@@ -16,7 +16,7 @@ from convmatrix.core.errors import NotJudgedError
 from convmatrix.db.database import Database
 from convmatrix.db.run_store import DatabaseStore
 from convmatrix.reports.publish import write_run_report
-from convmatrix.runners.account import RunAccount, exit_status
+from convmatrix.runners.account import UNJUDGED_BAD, RunAccount, exit_status
 from convmatrix.runners.controller import Setup
 from convmatrix.runners.executors import Executor, make_executor
 from convmatrix.runners.options import RunOptions
@@ -117,14 +117,18 @@ def execute(state: RunState) -> None:
 
 def scan(state: RunState) -> None:
     """Compare the run with its baseline: new regressions inserted, fixed ones closed. Not a
-    run that judged nothing (its skips would look like a kernel's new state), nor a sharded
-    run before its last shard reported (half a run is not the run: that shard scans it)."""
+    run that judged nothing (its skips would look like a kernel's new state), unless
+    ``--confirm`` may yet judge it (its unjudged cases include the machine's: a timeout
+    under load; the scan lists them for the rerun, and finds nothing else in a run without
+    verdicts); nor a sharded run before its last shard reported (half a run is not the run:
+    that shard scans it)."""
     if state.database is None or state.run_id is None or not state.options.scan:
         return
     end = state.end
     assert end is not None
     account = end.account
-    if account.exit_code == NotJudgedError.exit_code:
+    rerunnable = state.options.confirm and any(account.own.get(o) for o in UNJUDGED_BAD)
+    if account.exit_code == NotJudgedError.exit_code and not rerunnable:
         end.scan = ScanResult(state.run_id, None, skipped="nothing judged")
     elif account.shard and account.run_status != "finished":
         why = f"shard {account.shard}: the run is not whole yet; its last shard scans it"

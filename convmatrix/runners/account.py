@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_MIN_JUDGED",
     "JUDGED",
     "JUDGED_BAD",
+    "UNJUDGED_BAD",
     "RunAccount",
     "counts_line",
     "exit_status",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 JUDGED_BAD = ("failed", "crashed")
+# Bad outcomes without a verdict: what a confirmation rerun (``--confirm``) may yet judge.
+UNJUDGED_BAD = ("timeout", "error", "lost")
 # The share of planned cases a run must judge. Low on purpose: a kernel's declared gaps
 # are skips (fla lacks ~5% of nightly, a forward-only vLLM-style kernel ~70% of smoke, which
 # judges 29%); what this catches is a run that judged (almost) nothing. Raise it where the
@@ -65,13 +68,15 @@ def judgement(
     planned: int,
     min_judged: float = DEFAULT_MIN_JUDGED,
     reasons: Mapping[str, int] | None = None,
+    rejudged: int = 0,
 ) -> str | None:
     """Why these counts are no judgement, in one line (``nothing judged: ...``), or None.
     ``planned``: the cases set out to be run (0: nothing to judge, nothing missing);
-    ``reasons``: the skip reasons, the most frequent named."""
+    ``reasons``: the skip reasons, the most frequent named; ``rejudged``: cases the machine
+    failed to judge that a confirmation rerun judged (``RunAccount.rejudged``)."""
     if planned <= 0:
         return None
-    judged = sum(counts.get(o, 0) for o in JUDGED)
+    judged = sum(counts.get(o, 0) for o in JUDGED) + rejudged
     needed = max(1, math.ceil(min_judged * planned - 1e-9))  # 0.2 * 35 is 7.000000000000001
     if judged >= needed:
         return None
@@ -80,7 +85,7 @@ def judgement(
     if reasons:
         reason, n = next(iter(reasons.items()))
         line += f"; {n} skipped: {reason}"
-    unjudged = [f"{counts[o]} {o}" for o in ("timeout", "error", "lost") if counts.get(o)]
+    unjudged = [f"{counts[o]} {o}" for o in UNJUDGED_BAD if counts.get(o)]
     if unjudged:
         line += f"; {', '.join(unjudged)}"
     return line
@@ -127,6 +132,9 @@ class RunAccount:
     # A shard's: the whole run's status once this shard closed (running until the last).
     run_status: str | None = None
     missing_shards: list[str] = field(default_factory=list)  # of a sharded run, read back
+    # Cases the machine failed to judge (a timeout under load) that the ``--confirm`` rerun
+    # judged, at its longer limit: they count as judged (pipeline.confirm sets it).
+    rejudged: int = 0
 
     @property
     def own(self) -> dict[str, int]:
@@ -144,7 +152,7 @@ class RunAccount:
         """One line when the run judged too little to pass (``judgement``), else None."""
         own = self.own
         planned = max(self.planned, sum(own.values()))  # a resumed run: every session's
-        return judgement(own, planned, self.min_judged, self.skipped)
+        return judgement(own, planned, self.min_judged, self.skipped, self.rejudged)
 
     @property
     def exit_code(self) -> int:

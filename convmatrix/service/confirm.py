@@ -85,6 +85,12 @@ class Confirmation:
     limit_s: float | None = None  # the rerun's per-case limit (None: the matrix's)
     notes: list[str] = field(default_factory=list)  # why no base rerun, ...
 
+    @property
+    def rejudged(self) -> set[str]:
+        """The cases the machine failed to judge in the run that the rerun judged: the
+        machine's after all (cleared), or reproduced and filed."""
+        return {c.case_id for c in self.cleared} | {r.case_id for r in self.reproduced}
+
     def lines(self) -> list[str]:
         """What a terminal shows of it."""
         if self.rerun_id is None:
