@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -46,13 +46,32 @@ __all__ = [
     "RunInfo",
     "case_counts",
     "case_pairs",
+    "chunks",
     "done_case_ids",
     "history",
     "list_runs",
     "load_results",
     "missing_shards",
+    "newest_run_id",
     "resolve_run",
+    "run_column",
+    "run_id_of_uid",
 ]
+
+CHUNK = 500  # values per IN (...) list: far below any backend's limit on bound parameters
+
+
+def chunks(values: Iterable[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+    """``values`` in lists of at most ``size``, for ``IN`` lists of any length."""
+    batch: list[Any] = []
+    for value in values:
+        batch.append(value)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
 
 # What names a run (``resolve_run``): an id its column holds, a label (200 characters at most:
 # --label), a kernel commit (40 hex digits) or a prefix of one. Anything longer is malformed.
@@ -194,15 +213,55 @@ def list_runs(
     kernel: str | None = None,
     limit: int = 50,
     kinds: Sequence[str] | None = ("run",),
+    equal: Mapping[str, str] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[RunInfo]:
-    """The newest runs first; of these ``kinds`` (None: every kind; by default plain runs)."""
+    """The newest runs first; of these ``kinds`` (None: every kind; by default plain runs),
+    whose columns hold the values ``equal`` maps them to, started in [``since``, ``until``)."""
     r = runs.c
     query = select(runs).order_by(r.started_at.desc(), r.id.desc()).limit(limit)
     if kernel is not None:
         query = query.where(r.kernel == kernel)
     if kinds is not None:
         query = query.where(r.kind.in_(list(kinds)))
+    for column, value in (equal or {}).items():
+        query = query.where(r[column] == value)
+    if since is not None:
+        query = query.where(r.started_at >= since)
+    if until is not None:
+        query = query.where(r.started_at < until)
     return [_run_info(run) for run in session.execute(query)]
+
+
+def newest_run_id(
+    session: Reader, *, label: str | None = None, kind: str | None = None,
+    commit: str | None = None, after: int | None = None,
+) -> int | None:  # fmt: skip
+    """The highest id among the runs of this label, kind and kernel commit (each when given)
+    with an id above ``after``: the run a command just recorded, found again by what it was
+    told to record."""
+    r = runs.c
+    conditions = [
+        column == value
+        for column, value in ((r.label, label), (r.kind, kind), (r.kernel_commit, commit))
+        if value is not None
+    ]
+    if after is not None:
+        conditions.append(r.id > after)
+    return session.scalar(select(r.id).where(*conditions).order_by(r.id.desc()).limit(1))
+
+
+def run_column(session: Reader, run_id: int | None, column: str) -> Any:
+    """One column of run ``run_id`` (None: no such run, or no run named)."""
+    if run_id is None:
+        return None
+    return session.scalar(select(runs.c[column]).where(runs.c.id == run_id))
+
+
+def run_id_of_uid(session: Reader, uid: str) -> int | None:
+    """The id of the run with this uid here (None: the database does not hold it)."""
+    return session.scalar(select(runs.c.id).where(runs.c.uid == uid))
 
 
 def resolve_run(session: Reader, spec: str | int) -> RunInfo:

@@ -11,10 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, or_, select
-
 from convmatrix.core.errors import UsageError
-from convmatrix.core.records import BAD_OUTCOMES, JUDGED, CaseResult
+from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.db import (
     RunInfo,
     case_counts,
@@ -22,7 +20,7 @@ from convmatrix.db import (
     missing_shards,
     resolve_run,
 )
-from convmatrix.db.tables import runs
+from convmatrix.db.lineage import lineage_runs
 from convmatrix.reports.viewmodel import RunHeader, run_header
 
 if TYPE_CHECKING:
@@ -76,25 +74,11 @@ def earlier_runs(session: Reader, run: RunInfo, limit: int) -> list[RunInfo]:
     newest first (a run's baseline, the history a timing is judged against); confirm, bisect
     and adequacy runs are never a baseline, nor a run that judged nothing (a kernel that did
     not load: its skips would make the next real run's failures look new, or hide them)."""
-    r = runs.c
-    judged = sum((r[f"n_{outcome}"] for outcome in JUDGED[1:]), r[f"n_{JUDGED[0]}"])
-    rows = session.scalars(
-        select(r.id)
-        .where(
-            r.kind == "run",
-            r.kernel == run.kernel,
-            r.matrix == run.matrix,
-            r.device_kind == run.device_kind,
-            judged > 0,
-            or_(
-                r.started_at < run.started_at,
-                and_(r.started_at == run.started_at, r.id < run.id),
-            ),
-        )
-        .order_by(r.started_at.desc(), r.id.desc())
-        .limit(limit)
-    ).all()
-    return [resolve_run(session, row) for row in rows]
+    rows = lineage_runs(
+        session, run.kernel, run.matrix, run.device_kind,
+        before=run, judged=True, newest_first=True, limit=limit,
+    )  # fmt: skip
+    return [resolve_run(session, row.id) for row in rows]
 
 
 def run_case_counts(

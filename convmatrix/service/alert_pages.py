@@ -17,20 +17,26 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from convmatrix.compare.infrastructure import Infrastructure, infrastructure
 from convmatrix.core.errors import UsageError
+from convmatrix.db.alert_queries import alert_kernels
+from convmatrix.db.case_queries import (
+    case_across_runs,
+    case_metrics,
+    case_outcomes,
+    run_cases_with,
+)
 from convmatrix.db.engine import redact_url
-from convmatrix.db.models import AlertRow, CaseRow, MetricRow, RegressionEventRow, Run
+from convmatrix.db.lineage import lineage_runs
 from convmatrix.db.queries import resolve_run
 from convmatrix.db.records import result_from_rows
-from convmatrix.db.tables import cases as case_table
+from convmatrix.db.regression_queries import event_rows
 from convmatrix.reports.run_view import rerun_command
 from convmatrix.reports.viewmodel import run_header
 from convmatrix.service.alerts import Alert, get_alert, list_alerts
@@ -53,7 +59,6 @@ __all__ = [
     "TriageResult",
     "alert_page",
     "alerts_page",
-    "chunks",
     "events_of",
     "regression_page",
     "triage_result",
@@ -164,43 +169,20 @@ class TriageResult:
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
-CHUNK = 500  # values per IN (...) list: far below any backend's limit on bound parameters
-
-
-def chunks(values: Iterable[Any], size: int = CHUNK) -> Iterator[list[Any]]:
-    """``values`` in lists of at most ``size``, for ``IN`` lists of any length."""
-    batch: list[Any] = []
-    for value in values:
-        batch.append(value)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _iso(moment: Any) -> str:
     return moment.isoformat(timespec="seconds") if moment is not None else ""
 
 
 def events_of(session: Session, ids: Iterable[int]) -> dict[int, list[RegressionEvent]]:
     """The events of several regressions at once, each list oldest first."""
-    wanted = list(ids)
-    found: dict[int, list[RegressionEvent]] = {i: [] for i in wanted}
-    if not wanted:
-        return found
-    rows = [
-        row
-        for batch in chunks(wanted)
-        for row in session.scalars(
-            select(RegressionEventRow).where(RegressionEventRow.regression_id.in_(batch))
-        )
-    ]
-    for r in sorted(rows, key=lambda row: row.id):
-        found[r.regression_id].append(RegressionEvent(
-            r.regression_id, _iso(r.at), r.by, r.from_state, r.to_state, r.run_id, r.note,
-        ))  # fmt: skip
-    return found
+    return {
+        regression_id: [
+            RegressionEvent(r.regression_id, _iso(r.at), r.by, r.from_state, r.to_state,
+                            r.run_id, r.note)
+            for r in rows
+        ]
+        for regression_id, rows in event_rows(session, ids).items()
+    }  # fmt: skip
 
 
 def _lineage_window(
@@ -208,12 +190,7 @@ def _lineage_window(
     roles: dict[int, str],
 ) -> list[HistoryRun]:  # fmt: skip
     """The plain runs of a lineage around run ``around`` (the newest when it is gone)."""
-    rows = session.execute(
-        select(Run.id, Run.kernel_commit, Run.label, Run.started_at)
-        .where(Run.kind == "run", Run.kernel == kernel, Run.matrix == matrix,
-               Run.device_kind == device)
-        .order_by(Run.started_at, Run.id)
-    ).all()  # fmt: skip
+    rows = lineage_runs(session, kernel, matrix, device)
     at = next((i for i, r in enumerate(rows) if r.id == around), len(rows) - 1)
     window = rows[max(0, at - HISTORY_BEFORE) : at + HISTORY_AFTER + 1]
     return [
@@ -227,21 +204,11 @@ def _history(
 ) -> dict[str, list[HistoryPoint]]:
     """Each case over ``runs``: one point per run, in their order."""
     ids, run_ids = sorted(set(case_ids)), [r.run_id for r in runs]
-    rows = [
-        row
-        for batch in chunks(ids) if run_ids
-        for row in session.execute(
-            select(CaseRow.id, CaseRow.case_id, CaseRow.run_id, CaseRow.outcome)
-            .where(CaseRow.run_id.in_(run_ids), CaseRow.case_id.in_(batch))
-        )
-    ]  # fmt: skip
-    usage: dict[int, float | None] = {}
-    for batch in chunks(r.id for r in rows):
-        found = session.execute(
-            select(MetricRow.case_pk, func.max(MetricRow.bound_usage))
-            .where(MetricRow.case_pk.in_(batch)).group_by(MetricRow.case_pk)
-        )  # fmt: skip
-        usage.update((pk, value) for pk, value in found)
+    rows = case_across_runs(session, ids, run_ids=run_ids)
+    usage = {  # a case's worst bound usage over its outputs (None: none recorded)
+        pk: max((m.bound_usage for m in ms if m.bound_usage is not None), default=None)
+        for pk, ms in case_metrics(session, [r.id for r in rows]).items()
+    }
     seen = {
         (r.case_id, r.run_id): (r.outcome, None if usage.get(r.id) is None else float(usage[r.id]))
         for r in rows
@@ -294,7 +261,7 @@ def alerts_page(
     unfiled = [
         r for r in list_regressions(session, states=states, kernel=kernel) if r.alert_id is None
     ]
-    kernels = sorted(session.scalars(select(AlertRow.kernel).distinct()))
+    kernels = alert_kernels(session)
     return AlertsView(
         kind="alerts", database=redact_url(url), states=list(states), kernel=kernel,
         alerts=alerts, counts=counts, kernels=kernels, unfiled=unfiled,
@@ -315,18 +282,11 @@ def _not_judged(session: Session, alert: Alert) -> list[NotJudged]:
     """The alert's run's cases the machine failed to judge, with their rerun's outcome."""
     if alert.run_id is None:
         return []
-    rows = session.execute(
-        select(case_table).where(case_table.c.run_id == alert.run_id,
-                                 case_table.c.outcome.in_(_NOT_JUDGED))
-    ).all()  # fmt: skip
+    rows = run_cases_with(session, alert.run_id, _NOT_JUDGED)
     found = infrastructure(result_from_rows(row, [], [], []) for row in rows)
     rerun: dict[str, str] = {}
     if alert.confirm_run is not None and found:
-        for batch in chunks(c.case_id for c in found):
-            rerun.update(session.execute(
-                select(CaseRow.case_id, CaseRow.outcome)
-                .where(CaseRow.run_id == alert.confirm_run, CaseRow.case_id.in_(batch))
-            ).tuples())  # fmt: skip
+        rerun = case_outcomes(session, alert.confirm_run, [c.case_id for c in found])
     return [NotJudged(c, rerun.get(c.case_id)) for c in found]
 
 

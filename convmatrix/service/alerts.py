@@ -19,12 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
-from convmatrix.db.models import AlertRow, RegressionRow, Run
+from convmatrix.db.alert_queries import alert_rows
+from convmatrix.db.models import AlertRow
+from convmatrix.db.queries import run_column
+from convmatrix.db.regression_queries import alert_case_ids
 from convmatrix.reports.explain import explain
 from convmatrix.service.regressions import OPEN_STATES, Regression, list_regressions
 
@@ -84,8 +86,7 @@ class Alert:
 
 
 def _commit(session: Session, run_id: int | None) -> str | None:
-    return None if run_id is None else session.scalar(select(Run.kernel_commit).where(
-        Run.id == run_id))  # fmt: skip
+    return run_column(session, run_id, "kernel_commit")  # type: ignore[no-any-return]
 
 
 def _plain(session: Session, row: AlertRow, regressions: list[Regression]) -> Alert:
@@ -110,12 +111,7 @@ def list_alerts(
 ) -> list[Alert]:
     """Alerts, newest first, each with its regressions; ``states``: only alerts holding a
     regression in one of these states."""
-    query = select(AlertRow).order_by(AlertRow.id.desc()).limit(limit)
-    if kernel is not None:
-        query = query.where(AlertRow.kernel == kernel)
-    if ids is not None:
-        query = query.where(AlertRow.id.in_(ids))
-    rows = list(session.scalars(query))
+    rows = alert_rows(session, kernel=kernel, ids=ids, limit=limit)
     regressions = list_regressions(session, alert_ids=[r.id for r in rows]) if rows else []
     by_alert: dict[int, list[Regression]] = {}
     for reg in regressions:
@@ -161,10 +157,7 @@ def refresh_explanation(
 ) -> None:
     """Explain ``alert`` again from all its cases (``results``: its run's) against the run's
     passing cases; stored on the row."""
-    failing = set(session.scalars(
-        select(RegressionRow.case_id).where(
-            RegressionRow.alert_id == alert.id, RegressionRow.state.not_in(NOT_THE_CAUSE))
-    ))  # fmt: skip
+    failing = alert_case_ids(session, alert.id, excluding=NOT_THE_CAUSE)
     population = [r.case for r in results if r.case.id in failing or r.outcome == "passed"]
     found = explain(population, failing, geometry)
     alert.explanation = [vars(e) | {"text": e.text()} for e in found]

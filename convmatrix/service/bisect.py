@@ -26,12 +26,9 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sqlalchemy import select
-
 from convmatrix.core.errors import InfrastructureError, NotJudgedError, UsageError
 from convmatrix.db.database import Database
-from convmatrix.db.models import Run
-from convmatrix.db.queries import resolve_run
+from convmatrix.db.queries import newest_run_id, resolve_run
 from convmatrix.reports.viewmodel import run_header
 from convmatrix.service.alerts import record_bisection
 from convmatrix.service.regressions import list_regressions
@@ -291,8 +288,5 @@ def record_result(database: Database, alert_id: int, result: BisectResult) -> No
     if result.first_bad is None:
         return
     with database.writing() as session:
-        step = session.scalar(
-            select(Run.id).where(Run.kind == "bisect", Run.kernel_commit == result.first_bad)
-            .order_by(Run.id.desc()).limit(1)
-        )  # fmt: skip
+        step = newest_run_id(session, kind="bisect", commit=result.first_bad)
         record_bisection(session, alert_id, result.first_bad, step)

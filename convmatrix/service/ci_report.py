@@ -23,12 +23,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import func, select
-
 from convmatrix.core.records import OUTCOMES, CaseResult
+from convmatrix.db.alert_queries import alert_of_run
 from convmatrix.db.database import Database
 from convmatrix.db.queries import RunInfo, load_results, missing_shards, resolve_run
-from convmatrix.db.tables import alerts, regressions
+from convmatrix.db.regression_queries import count_fixed_by
 from convmatrix.reports.viewmodel import run_header
 from convmatrix.runners.account import DEFAULT_MIN_JUDGED, RunAccount, exit_status, skip_reasons
 from convmatrix.runners.store import Shard
@@ -86,10 +85,8 @@ def _stored_found(database: Database, run: RunInfo, failing: set[str]) -> Found:
     """The run's scan as the database keeps it: its alert's regressions (the ones it raised),
     those it fixed, and the open ones of its lineage its failing cases still show."""
     with database.session() as session:
-        alert = session.execute(select(alerts).where(alerts.c.run_id == run.id)).first()
-        fixed = session.scalar(
-            select(func.count()).select_from(regressions).where(regressions.c.fixed_run == run.id)
-        )
+        alert = alert_of_run(session, run.id)
+        fixed = count_fixed_by(session, run.id)
         raised = list_regressions(session, alert_ids=[alert.id]) if alert else []
         lineage = list_regressions(session, kernel=run.kernel, case_id=None)
         base = baseline_run(session, run) if alert is None else None

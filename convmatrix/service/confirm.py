@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convmatrix.compare.findings import Finding, findings, new_failure
@@ -40,8 +39,9 @@ from convmatrix.compare.infrastructure import (
 )
 from convmatrix.compare.runs import DiffOptions
 from convmatrix.core.records import CaseResult
-from convmatrix.db.models import AlertRow, RegressionEventRow, RegressionRow
+from convmatrix.db.models import AlertRow, RegressionRow
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
+from convmatrix.db.regression_queries import regressions_raised_by_scan
 from convmatrix.service.alerts import record_confirmation, refresh_explanation
 from convmatrix.service.regressions import (
     Regression,
@@ -115,20 +115,10 @@ class Confirmation:
         return [head, *("  " + n for n in self.notes), *("  " + reg.line() for reg in regs)]
 
 
-def _raised_by(session: Session, run_id: int) -> list[int]:
-    """Regressions ``run_id``'s scan detected (inserted or reopened) that are still so."""
-    return list(session.scalars(
-        select(RegressionRow.id).distinct()
-        .join(RegressionEventRow, RegressionEventRow.regression_id == RegressionRow.id)
-        .where(RegressionEventRow.run_id == run_id, RegressionEventRow.by == "scan",
-               RegressionEventRow.to_state == "detected", RegressionRow.state == "detected")
-    ))  # fmt: skip
-
-
 def pending(session: Session, spec: str | int) -> Pending:
     """What a confirmation of run ``spec`` reruns (``Pending``)."""
     run = resolve_run(session, spec)
-    ids = _raised_by(session, run.id)
+    ids = regressions_raised_by_scan(session, run.id)
     regressions = list_regressions(session, ids=ids) if ids else []
     bad = [r for r in load_results(session, run.id) if infrastructure_cause(r) is not None]
     timeouts = [r.duration_s for r in bad if r.outcome == "timeout" and r.duration_s > 0]

@@ -14,21 +14,28 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from convmatrix.core.case import Case
 from convmatrix.core.errors import InputError, UsageError
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, RUN_KINDS
+from convmatrix.db.case_queries import (
+    case_across_runs,
+    case_metrics,
+    case_outcomes,
+    case_params,
+    failed_outputs,
+    failed_properties,
+    run_dtypes,
+)
 from convmatrix.db.engine import redact_url
-from convmatrix.db.models import CaseRow, MetricRow, PropertyRow, RegressionRow, Run
-from convmatrix.db.queries import RunInfo, resolve_run, run_values
+from convmatrix.db.queries import RunInfo, list_runs, resolve_run, run_values
+from convmatrix.db.regression_queries import lineage_case_ids, regression_links
 from convmatrix.reports.diff import DiffView, build_diff
 from convmatrix.reports.history_view import parse_since
 from convmatrix.reports.run_view import rerun_command
 from convmatrix.reports.source import load_run
 from convmatrix.reports.viewmodel import RunHeader, run_header
-from convmatrix.service.alert_pages import chunks
 from convmatrix.service.regressions import Regression, list_regressions
 
 __all__ = [
@@ -111,28 +118,22 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
     unknown = [k for k in filters if k not in RUN_FILTERS]
     if unknown:
         raise InputError(f"filter {unknown[0]!r}: choose from {', '.join(RUN_FILTERS)}")
-    query = select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
-    columns = {"kernel": Run.kernel, "label": Run.label, "device": Run.device_kind,
-               "matrix": Run.matrix}  # fmt: skip
-    for name, column in columns.items():
-        if filters.get(name):
-            query = query.where(column == filters[name])
+    columns = {"kernel": "kernel", "label": "label", "device": "device_kind",
+               "matrix": "matrix"}  # fmt: skip
     kind = filters.get("kind") or "run"
     if kind not in (*RUN_KINDS, "all"):
         raise InputError(f"kind {kind!r}: choose from {', '.join(RUN_KINDS)}, all")
-    if kind != "all":
-        query = query.where(Run.kind == kind)
-    if filters.get("since"):
-        query = query.where(Run.started_at >= parse_since(filters["since"]))
-    if filters.get("until"):
-        until = parse_since(filters["until"])
-        assert until is not None
-        if len(filters["until"]) == 10:  # a date: the whole day
-            until += timedelta(days=1)
-        query = query.where(Run.started_at < until)
+    since = parse_since(filters["since"]) if filters.get("since") else None
+    until = parse_since(filters["until"]) if filters.get("until") else None
+    if until is not None and len(filters["until"]) == 10:  # a date: the whole day
+        until += timedelta(days=1)
+    found = list_runs(
+        session, limit=limit, kinds=None if kind == "all" else (kind,),
+        equal={column: filters[name] for name, column in columns.items() if filters.get(name)},
+        since=since, until=until,
+    )  # fmt: skip
     rows = []
-    for run in session.scalars(query):
-        info = resolve_run(session, run.id)
+    for info in found:
         bad = any(info.counts.get(o) for o in BAD_OUTCOMES)
         verdict = "FAILED" if bad else "PASSED" if info.status == "finished" else info.status
         rows.append(RunRow(
@@ -140,7 +141,7 @@ def runs_page(session: Session, url: str, filters: dict[str, str], limit: int = 
             device=info.device_kind, matrix=info.matrix, started_at=_iso(info.started_at),
             status=info.status, counts={o: info.counts[o] for o in OUTCOMES}, verdict=verdict,
         ))  # fmt: skip
-    choices = run_values(session, {name: column.key for name, column in columns.items()})
+    choices = run_values(session, columns)
     choices["kind"] = [k for k in RUN_KINDS if k != "run"] + ["all"]  # none chosen: plain runs
     return RunsView(kind="runs", database=redact_url(url), runs=rows, choices=choices,
                     filters={k: v for k, v in filters.items() if v})  # fmt: skip
@@ -161,29 +162,14 @@ def case_page(
 ) -> CaseHistoryView:
     """One case (id or unique prefix) in every run that holds it, oldest first: per output its
     bound usage (what it was allowed, its elements expected 0 that were not) beside e_rel."""
-    query = (
-        select(CaseRow.id, CaseRow.case_id, CaseRow.run_id, CaseRow.outcome, CaseRow.message)
-        .join(Run, Run.id == CaseRow.run_id)
-        .where(CaseRow.case_id.startswith(case_id, autoescape=True))
-        .order_by(Run.started_at, Run.id)
-    )
-    if kernel:
-        query = query.where(Run.kernel == kernel)
-    rows = session.execute(query).all()
+    rows = case_across_runs(session, prefix=case_id, kernel=kernel)
     ids = {r.case_id for r in rows}
     if not ids:
         raise UsageError(f"case {case_id!r}: no run holds it")
     if len(ids) > 1:
         raise UsageError(f"case {case_id!r} is ambiguous: {', '.join(sorted(ids))}")
     full_id = ids.pop()
-    metrics: dict[int, list[Any]] = {}
-    pks = [r.id for r in rows]
-    for m in session.execute(
-        select(MetricRow.case_pk, MetricRow.output, MetricRow.e_rel, MetricRow.e_norm,
-               MetricRow.bound_usage, MetricRow.usage_limit, MetricRow.broken_zeros)
-        .where(MetricRow.case_pk.in_(pks)).order_by(MetricRow.id)
-    ):  # fmt: skip
-        metrics.setdefault(m.case_pk, []).append(m)
+    metrics = case_metrics(session, [r.id for r in rows])
     runs, outputs = [], []
     for row in rows:
         info = resolve_run(session, row.run_id)
@@ -199,10 +185,7 @@ def case_page(
             broken_zeros={m.output: m.broken_zeros for m in ms},
         ))  # fmt: skip
     newest = resolve_run(session, runs[-1].run_id)
-    stored = session.scalar(  # the one case's parameters, by its key (run, case id)
-        select(CaseRow.params).where(CaseRow.run_id == newest.id, CaseRow.case_id == full_id)
-    )
-    case = Case.from_json(stored)
+    case = Case.from_json(case_params(session, newest.id, full_id))
     params = {k: v for k, v in case.to_json().items() if v is not None}
     return CaseHistoryView(
         kind="case", database=redact_url(url), case_id=full_id, name=case.pytest_id,
@@ -228,25 +211,9 @@ def _case_regressions(
     """The regressions of ``run``'s kernel, matrix and device for these cases, newest first."""
     device = run.device_kind if isinstance(run, RunInfo) else run.device.split(" ", 1)[0]
     found: dict[str, list[RegressionLink]] = {}
-    rows = [
-        row
-        for batch in chunks(dict.fromkeys(case_ids))
-        for row in session.execute(
-            select(RegressionRow.id, RegressionRow.alert_id, RegressionRow.kind,
-                   RegressionRow.state, RegressionRow.case_id)
-            .where(RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
-                   RegressionRow.device == device,
-                   RegressionRow.case_id.in_(batch))
-        )
-    ]  # fmt: skip
-    for r in sorted(rows, key=lambda row: -row.id):
+    for r in regression_links(session, run.kernel, run.matrix, device, case_ids):
         found.setdefault(r.case_id, []).append(RegressionLink(r.id, r.alert_id, r.kind, r.state))
     return found
-
-
-def _dtypes(session: Session, run_id: int) -> list[str]:
-    return sorted(session.scalars(select(CaseRow.x_dtype).where(CaseRow.run_id == run_id)
-                                  .distinct()))  # fmt: skip
 
 
 def _number(value: float | None) -> float | None:
@@ -261,34 +228,14 @@ def failure_details(
     found: dict[str, dict[str, list[dict[str, Any]]]] = {
         c: {"outputs": [], "properties": []} for c in case_ids
     }
-    base_case, base_metric = aliased(CaseRow), aliased(MetricRow)
-    for batch in chunks(found):
-        rows = session.execute(
-            select(CaseRow.case_id, MetricRow.output, MetricRow.bound_usage,
-                   MetricRow.usage_limit, MetricRow.e_rel,
-                   base_metric.bound_usage.label("base_usage"))
-            .join(MetricRow, MetricRow.case_pk == CaseRow.id)
-            .outerjoin(base_case, (base_case.run_id == base_id)
-                       & (base_case.case_id == CaseRow.case_id))
-            .outerjoin(base_metric, (base_metric.case_pk == base_case.id)
-                       & (base_metric.output == MetricRow.output))
-            .where(CaseRow.run_id == head_id, CaseRow.case_id.in_(batch), ~MetricRow.passed)
-            .order_by(MetricRow.id)
-        )  # fmt: skip
-        for r in rows:
-            found[r.case_id]["outputs"].append({
-                "output": r.output, "base_usage": _number(r.base_usage),
-                "usage": _number(r.bound_usage), "allowed": _number(r.usage_limit),
-                "e_rel": _number(r.e_rel),
-            })  # fmt: skip
-        props = session.execute(
-            select(CaseRow.case_id, PropertyRow.name, PropertyRow.detail)
-            .join(PropertyRow, PropertyRow.case_pk == CaseRow.id)
-            .where(CaseRow.run_id == head_id, CaseRow.case_id.in_(batch), ~PropertyRow.passed)
-            .order_by(PropertyRow.id)
-        )
-        for p in props:
-            found[p.case_id]["properties"].append({"name": p.name, "detail": p.detail})
+    for r in failed_outputs(session, base_id, head_id, found):
+        found[r.case_id]["outputs"].append({
+            "output": r.output, "base_usage": _number(r.base_usage),
+            "usage": _number(r.bound_usage), "allowed": _number(r.usage_limit),
+            "e_rel": _number(r.e_rel),
+        })  # fmt: skip
+    for p in failed_properties(session, head_id, found):
+        found[p.case_id]["properties"].append({"name": p.name, "detail": p.detail})
     return found
 
 
@@ -297,22 +244,8 @@ def run_links(session: Session, run: RunInfo) -> dict[str, list[RegressionLink]]
     of them), read without the view-model, regressions first: usually few or none for the
     run's kernel, matrix and device, so a stored page's check costs one small query, not a
     read of the run's failing cases. A stored page is served only while this stays the same."""
-    regressions = session.execute(
-        select(RegressionRow.case_id).where(
-            RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
-            RegressionRow.device == run.device_kind,
-        ).distinct()
-    ).scalars().all()  # fmt: skip
-    failing = [
-        case_id
-        for batch in chunks(regressions)
-        for case_id in session.scalars(
-            select(CaseRow.case_id).where(
-                CaseRow.run_id == run.id, CaseRow.case_id.in_(batch),
-                CaseRow.outcome.in_(BAD_OUTCOMES),
-            )
-        )
-    ]  # fmt: skip
+    regressions = lineage_case_ids(session, run.kernel, run.matrix, run.device_kind)
+    failing = list(case_outcomes(session, run.id, regressions, BAD_OUTCOMES))
     return _case_regressions(session, run, sorted(failing)) if failing else {}
 
 
@@ -322,7 +255,7 @@ def run_context(
     """What a served run page shows beyond its view-model (see the module's text); ``links``:
     its ``run_links``, when read already."""
     return {"case_regressions": run_links(session, run) if links is None else links,
-            "dtypes": _dtypes(session, run.id)}  # fmt: skip
+            "dtypes": run_dtypes(session, run.id)}  # fmt: skip
 
 
 def served_context(session: Session, view: Any) -> dict[str, Any]:
@@ -334,6 +267,6 @@ def served_context(session: Session, view: Any) -> dict[str, Any]:
         return {
             "case_regressions": _case_regressions(session, view.head, ids),
             "failure_details": failure_details(session, view.base.id, view.head.id, new),
-            "dtypes": _dtypes(session, view.head.id),
+            "dtypes": run_dtypes(session, view.head.id),
         }
     return {}

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import InputError, UsageError
 from convmatrix.db.models import RegressionEventRow, RegressionRow
+from convmatrix.db.regression_queries import event_rows, regression_rows
 from convmatrix.db.tables import REGRESSION_STATES, utcnow
 
 __all__ = [
@@ -241,31 +241,18 @@ def list_regressions(
     unknown = [s for s in states if s not in TRANSITIONS]
     if unknown:
         raise InputError(f"--state {unknown[0]!r}: choose from {', '.join(TRANSITIONS)}")
-    query = select(RegressionRow).order_by(RegressionRow.id.desc())
-    if states:
-        query = query.where(RegressionRow.state.in_(list(states)))
-    if kernel is not None:
-        query = query.where(RegressionRow.kernel == kernel)
-    if case_id is not None:
-        query = query.where(RegressionRow.case_id.startswith(case_id, autoescape=True))
-    wanted, alerts = list(ids), list(alert_ids)
-    if wanted:
-        query = query.where(RegressionRow.id.in_(wanted))
-    if alerts:
-        query = query.where(RegressionRow.alert_id.in_(alerts))
-    return [plain(row) for row in session.scalars(query)]
+    rows = regression_rows(
+        session, states=list(states), kernel=kernel, case_id=case_id, ids=list(ids),
+        alert_ids=list(alert_ids),
+    )  # fmt: skip
+    return [plain(row) for row in rows]
 
 
 def regression_events(session: Session, regression_id: int) -> list[RegressionEvent]:
     """The history of one regression, oldest first."""
-    rows = session.scalars(
-        select(RegressionEventRow)
-        .where(RegressionEventRow.regression_id == regression_id)
-        .order_by(RegressionEventRow.id)
-    )
     return [
         RegressionEvent(
             r.regression_id, _iso(r.at), r.by, r.from_state, r.to_state, r.run_id, r.note
         )
-        for r in rows
+        for r in event_rows(session, [regression_id])[regression_id]
     ]

@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from convmatrix.compare.errors import Declared
@@ -47,8 +46,11 @@ from convmatrix.compare.infrastructure import (
 )
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
-from convmatrix.db.models import AlertRow, RegressionRow, Run
+from convmatrix.db.alert_queries import alert_of_run
+from convmatrix.db.lineage import lineage_runs
+from convmatrix.db.models import AlertRow, RegressionRow
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
+from convmatrix.db.regression_queries import lineage_regressions
 from convmatrix.db.tables import utcnow
 from convmatrix.reports.source import earlier_runs
 from convmatrix.service.alerts import refresh_explanation
@@ -100,16 +102,8 @@ def baseline_run(session: Session, run: RunInfo) -> RunInfo | None:
 
 def _newer_run(session: Session, run: RunInfo) -> int | None:
     """A plain run of ``run``'s lineage that started after it, if any."""
-    return session.scalar(
-        select(Run.id)
-        .where(
-            Run.kind == "run", Run.kernel == run.kernel, Run.matrix == run.matrix,
-            Run.device_kind == run.device_kind,
-            or_(Run.started_at > run.started_at,
-                and_(Run.started_at == run.started_at, Run.id > run.id)),
-        )
-        .limit(1)
-    )  # fmt: skip
+    newer = lineage_runs(session, run.kernel, run.matrix, run.device_kind, after=run, limit=1)
+    return newer[0].id if newer else None
 
 
 def declared_pair(base: RunInfo | None, head: RunInfo) -> tuple[Declared | None, ...]:
@@ -154,15 +148,7 @@ def _lineage_rows(
     whatever order its file has them); and the older ones still open. Those are the rows a
     release before per-case regressions kept per output (migration 0015 files them into
     alerts): a run that passes their case closes them too, or they stay open for good."""
-    rows = list(session.scalars(
-        select(RegressionRow)
-        .outerjoin(Run, Run.id == RegressionRow.first_bad_run)
-        .where(
-            RegressionRow.kernel == run.kernel, RegressionRow.matrix == run.matrix,
-            RegressionRow.device == run.device_kind,
-        )
-        .order_by(Run.started_at.is_not(None), Run.started_at, Run.id, RegressionRow.id)
-    ))  # fmt: skip
+    rows = lineage_regressions(session, run.kernel, run.matrix, run.device_kind)
     newest = {(row.case_id, row.kind): row for row in rows}
     shadowed = [r for r in rows if r is not newest[(r.case_id, r.kind)] and r.state != "fixed"]
     return newest, shadowed
@@ -181,9 +167,7 @@ class _Scan:
 
     def __init__(self, session: Session, run: RunInfo, base: RunInfo | None) -> None:
         self.session, self.run, self.base = session, run, base
-        self.alert: AlertRow | None = session.scalar(
-            select(AlertRow).where(AlertRow.run_id == run.id).order_by(AlertRow.id).limit(1)
-        )
+        self.alert: AlertRow | None = alert_of_run(session, run.id)
         self.touched = False  # whether this scan changed the alert's regressions
 
     def alert_id(self) -> int:

@@ -27,15 +27,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
 from convmatrix.db.aggregates import aggregate_runs
+from convmatrix.db.alert_queries import alert_rows, find_alert
 from convmatrix.db.engine import redact_argv, write_session
-from convmatrix.db.models import AlertRow, CaseRow, RegressionEventRow, RegressionRow, Run
-from convmatrix.db.queries import RunInfo, load_results
+from convmatrix.db.models import AlertRow, RegressionEventRow, RegressionRow, Run
+from convmatrix.db.queries import (
+    RunInfo,
+    done_case_ids,
+    load_results,
+    run_column,
+    run_id_of_uid,
+)
+from convmatrix.db.regression_queries import event_rows, find_regression, regression_rows
 from convmatrix.db.writer import count_values, run_counts, write_results
 from convmatrix.service.transfer_lines import (
     ALERT_FIELDS,
@@ -83,9 +91,10 @@ def _triage_lines(session: Session, uids: dict[int, str]) -> Iterator[str]:
     def uid(run_id: int | None) -> str | None:
         if run_id is None:
             return None
-        return uids.get(run_id) or session.scalar(select(Run.uid).where(Run.id == run_id))
+        return uids.get(run_id) or run_column(session, run_id, "uid")  # type: ignore[no-any-return]
 
-    alerts = session.scalars(select(AlertRow).where(AlertRow.run_id.in_(list(uids))))
+    # in id order, as the runs' rows were written (the file keeps that order)
+    alerts = sorted(alert_rows(session, run_ids=list(uids)), key=lambda a: a.id)
     for alert in alerts:
         line = {"kind": "alert", "id": alert.id, "run": uid(alert.run_id),
                 "baseline": uid(alert.baseline_run), "confirm_run": uid(alert.confirm_run),
@@ -93,13 +102,11 @@ def _triage_lines(session: Session, uids: dict[int, str]) -> Iterator[str]:
                 "created_at": _iso(alert.created_at)}  # fmt: skip
         line.update({name: getattr(alert, name) for name in ALERT_FIELDS})
         yield json.dumps(line)
-    rows = session.scalars(select(RegressionRow).where(RegressionRow.first_bad_run.in_(list(uids))))
+    rows = regression_rows(session, first_bad_runs=list(uids)) if uids else []
+    rows.sort(key=lambda row: row.id)
+    events_by_id = event_rows(session, [row.id for row in rows])
     for row in rows:
-        events = session.scalars(
-            select(RegressionEventRow)
-            .where(RegressionEventRow.regression_id == row.id)
-            .order_by(RegressionEventRow.id)
-        )
+        events = events_by_id[row.id]
         line = {
             "kind": "regression", "alert": row.alert_id, "first_bad_run": uid(row.first_bad_run),
             "last_good_run": uid(row.last_good_run), "fixed_run": uid(row.fixed_run),
@@ -147,22 +154,23 @@ class _Importer:
     def run(self, line: RunLine, where: str) -> None:
         self._flush()
         session = self.session
-        found = session.execute(select(Run.id, Run.status).where(Run.uid == line.meta.uid)).first()
-        if found is None:
+        found_id = run_id_of_uid(session, line.meta.uid)
+        if found_id is None:
             row = Run(**line.values(), shard_label=None)
             session.add(row)
             session.flush()
             arrival = _Arrival(row.id, line, "new")
         elif line.journal:
-            arrival = _Arrival(found.id, line, "journal")
-        elif found.status == "running":  # a writer here may be storing the same cases
+            arrival = _Arrival(found_id, line, "journal")
+        elif run_column(session, found_id, "status") == "running":
+            # a writer here may be storing the same cases
             raise UsageError(
-                f"{where}: run {found.id} (uid {line.meta.uid}) is still running in this "
+                f"{where}: run {found_id} (uid {line.meta.uid}) is still running in this "
                 "database; import its export when it has stopped"
             )
         else:
-            stored = session.scalars(select(CaseRow.case_id).where(CaseRow.run_id == found.id))
-            arrival = _Arrival(found.id, line, "more", stored=set(stored))
+            stored = done_case_ids(session, found_id)
+            arrival = _Arrival(found_id, line, "more", stored=stored)
         self.run_ids[line.file_id] = self.by_uid[line.meta.uid] = arrival.run_id
         self.current = arrival
         self.arrivals.append(arrival)
@@ -204,17 +212,16 @@ class _Importer:
     def _run(self, uid: str | None) -> int | None:
         if not uid:
             return None
-        return self.by_uid.get(uid) or self.session.scalar(select(Run.id).where(Run.uid == uid))
+        return self.by_uid.get(uid) or run_id_of_uid(self.session, uid)
 
     def alert(self, data: dict[str, Any]) -> None:
         self._flush()
         self.current = None
         session = self.session
         run_id = self._run(data.get("run"))
-        found = session.scalar(select(AlertRow.id).where(
-            AlertRow.run_id == run_id, AlertRow.kernel == data.get("kernel"),
-            AlertRow.matrix == data.get("matrix"), AlertRow.device == data.get("device"),
-        )) if run_id is not None else None  # fmt: skip
+        found = find_alert(
+            session, run_id, data.get("kernel"), data.get("matrix"), data.get("device")
+        ) if run_id is not None else None  # fmt: skip
         if found is None:
             row = AlertRow(
                 run_id=run_id, baseline_run=self._run(data.get("baseline")),
@@ -234,14 +241,11 @@ class _Importer:
         session = self.session
         data = {**data, "kind": data.get("regression_kind")}
         first_bad = self._run(data.get("first_bad_run"))
-        key = (RegressionRow.kernel == data.get("kernel"),
-               RegressionRow.matrix == data.get("matrix"),
-               RegressionRow.device == data.get("device"),
-               RegressionRow.case_id == data.get("case_id"),
-               RegressionRow.kind == data.get("kind"),
-               RegressionRow.output == data.get("output"),
-               RegressionRow.first_bad_run == first_bad)  # fmt: skip
-        if session.scalar(select(RegressionRow.id).where(*key)) is not None:
+        key = {
+            name: data.get(name)
+            for name in ("kernel", "matrix", "device", "case_id", "kind", "output")
+        }
+        if find_regression(session, **key, first_bad_run=first_bad) is not None:
             return
         row = RegressionRow(
             alert_id=self.alerts.get(data.get("alert")), first_bad_run=first_bad,

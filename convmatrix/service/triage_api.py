@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import InputError, UsageError
 from convmatrix.db.models import AlertRow, RegressionRow
+from convmatrix.db.regression_queries import lock_alert_regressions
 from convmatrix.service.alert_pages import TriageResult, triage_result
 from convmatrix.service.inputs import check_text
 from convmatrix.service.regressions import TRANSITIONS, list_regressions, triage
@@ -163,10 +163,7 @@ def triage_alert(session: Session, alert_id: int, change: Change) -> TriageResul
         raise NotFound(f"alert {alert_id}: no such alert")
     # Its regressions locked (in id order, as every writer takes them) before their states
     # are read: which can move is decided on the states the moves apply to.
-    session.scalars(
-        select(RegressionRow.id).where(RegressionRow.alert_id == alert_id)
-        .order_by(RegressionRow.id).with_for_update()
-    ).all()  # fmt: skip
+    lock_alert_regressions(session, alert_id)
     regressions = sorted(list_regressions(session, alert_ids=[alert_id]), key=lambda r: r.id)
     if not regressions:
         raise BadRequest(f"alert {alert_id} holds no regression")
