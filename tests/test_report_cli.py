@@ -126,3 +126,40 @@ def test_an_interrupted_run_is_incomplete_not_passed(sqlite_url, tmp_path, capsy
         '<span class="verdict bad" id="verdict">INCOMPLETE</span>'
         in (tmp_path / "o" / "run-1.html").read_text()
     )
+
+
+def test_a_stored_report_is_copied_out_byte_for_byte_and_its_json_never_parsed(
+    sqlite_url, sqlite_two_runs, tmp_path, capsys
+):
+    """The second ``report`` of a finished run reads its stored pages: the files it writes
+    are the stored bytes, and what it prints is the first report's, from a small stored
+    summary: the run's JSON (megabytes for 10,000 cases) is copied, never parsed. A stored
+    JSON page replaced by text that is no JSON shows it: it is written out as it is."""
+    import zlib
+
+    from sqlalchemy import update
+
+    from convmatrix.db.tables import run_pages
+
+    (_, bad_id), _, _ = sqlite_two_runs
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["report", str(bad_id), "--db", sqlite_url, "--out", str(first)]) == 1
+    built = capsys.readouterr().out
+    assert main(["report", str(bad_id), "--db", sqlite_url, "--out", str(second)]) == 1
+    assert capsys.readouterr().out.replace(str(second), str(first)) == built
+    assert "... and" in built  # more failures than the ten it names
+    for name in (f"run-{bad_id}.html", f"run-{bad_id}.json"):
+        assert (second / name).read_bytes() == (first / name).read_bytes(), name
+    marker = '{"not": json, kept as stored}\n'
+    engine = open_database(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(
+            update(run_pages)
+            .where(run_pages.c.run_id == bad_id, run_pages.c.name == "run.json")
+            .values(body=zlib.compress(marker.encode()))
+        )
+    engine.dispose()
+    third = tmp_path / "third"
+    assert main(["report", str(bad_id), "--db", sqlite_url, "--out", str(third)]) == 1
+    assert capsys.readouterr().out.replace(str(third), str(first)) == built
+    assert (third / f"run-{bad_id}.json").read_bytes() == marker.encode()

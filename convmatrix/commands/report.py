@@ -31,10 +31,10 @@ def report_command(spec: str, out_dir: Path, db: str | None = None) -> int:
     print(f"{run.verdict} {run.title}{status}: {counts or 'no results'}")
     for line in shard_lines(run):
         print(f"  {terminal_safe(line)}")
-    for outcome, name in report.failures[:10]:
+    for outcome, name in report.failures:
         print(f"  {outcome:<8} {terminal_safe(name)}")
-    if len(report.failures) > 10:
-        print(f"  ... and {len(report.failures) - 10} more")
+    if report.n_failures > len(report.failures):
+        print(f"  ... and {report.n_failures - len(report.failures)} more")
     print(f"report: {report.html}")
     return {"PASSED": 0, "NOTHING JUDGED": NotJudgedError.exit_code}.get(run.verdict, 1)
 
