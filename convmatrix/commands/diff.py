@@ -25,7 +25,6 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.sanitise import terminal_safe
 from convmatrix.db.database import Database
 from convmatrix.reports.diff import diff_runs, diff_text
-from convmatrix.reports.render import write_report
 
 __all__ = ["add_arguments", "diff_command"]
 
@@ -91,6 +90,8 @@ def diff_command(args: argparse.Namespace) -> int:
         return 0
     print(terminal_safe(diff_text(view)))
     if args.out is not None:
+        from convmatrix.reports.render import write_report  # Jinja2: only for --out
+
         html, data = write_report(view, args.out)
         print(f"diff report: {html} (data: {data})")
     held = [c for c in conditions if view.conditions()[c]]

@@ -29,7 +29,6 @@ from convmatrix.service.regressions import (
     regression_events,
     triage,
 )
-from convmatrix.service.scan import scan_run
 
 __all__ = ["add_arguments", "regressions_command"]
 
@@ -59,6 +58,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
+    from convmatrix.service.scan import scan_run  # the comparison: only when scanning
+
     with Database(args.db, existing=True) as database, database.writing() as session:
         scan = scan_run(session, args.run)
     if scan.skipped:

@@ -27,7 +27,6 @@ from convmatrix.db.alert_queries import alert_rows
 from convmatrix.db.models import AlertRow
 from convmatrix.db.queries import run_column
 from convmatrix.db.regression_queries import alert_case_ids
-from convmatrix.reports.explain import explain
 from convmatrix.service.regressions import OPEN_STATES, Regression, list_regressions
 
 __all__ = [
@@ -157,6 +156,8 @@ def refresh_explanation(
 ) -> None:
     """Explain ``alert`` again from all its cases (``results``: its run's) against the run's
     passing cases; stored on the row."""
+    from convmatrix.reports.explain import explain  # dimensions and facts: only when explaining
+
     failing = alert_case_ids(session, alert.id, excluding=NOT_THE_CAUSE)
     population = [r.case for r in results if r.case.id in failing or r.outcome == "passed"]
     found = explain(population, failing, geometry)
