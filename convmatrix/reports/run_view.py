@@ -148,7 +148,8 @@ def output_line(m: OutputMetrics, case: Case | None = None) -> OutputLine:
 def rerun_command(run: RunHeader, case_ids: Sequence[str]) -> str:
     """The ``convmatrix run`` command line that reruns exactly these cases of this run, as it
     ran and judged them (``RunOptions.rerun``: its ``--policy`` rule, reference device...)."""
-    rerun = RunOptions.from_recorded(run.rerun, cases=list(case_ids))
+    named = RunOptions(matrix=run.matrix, kernel=run.kernel, device=run.device.split(" ", 1)[0])
+    rerun = RunOptions.from_recorded(run.rerun or named.recorded(), cases=list(case_ids))
     return shlex.join(["convmatrix", "run", *rerun.to_argv()])
 
 
