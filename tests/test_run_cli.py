@@ -21,6 +21,7 @@ from runner_helpers import (
 from sqlalchemy import create_engine, text
 
 from convmatrix.cli import main
+from convmatrix.core.recorded import Recorded
 from convmatrix.db import open_database
 
 RESUME = RESOURCES / "matrices" / "resume.matrix.yaml"
@@ -216,9 +217,9 @@ def test_a_run_records_the_arithmetic_its_kernel_declares(tmp_path):
     run_api("smoke", spec, workers=0, db=url, cases=[case.id])
     run_api("smoke", "torch", workers=0, db=url, cases=[case.id])
     shuffled, torch_path = sorted(runs(url), key=lambda info: info.id)
-    assert shuffled.options["arithmetic"] == {
+    assert Recorded.of(shuffled.options).arithmetic == {
         "accumulate": "float32", "intermediate": "fp32", "deterministic": False,
     }  # fmt: skip
-    assert torch_path.options["arithmetic"] == {
+    assert Recorded.of(torch_path.options).arithmetic == {
         "accumulate": "float32", "intermediate": "input", "deterministic": True,
     }  # fmt: skip

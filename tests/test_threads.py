@@ -11,6 +11,7 @@ from runner_helpers import LIMIT_S, TINY, child_env, convmatrix_cmd, runs
 
 from convmatrix.core.environment import MAX_THREADS, THREADS_PER_CORE, thread_limit
 from convmatrix.core.errors import UsageError
+from convmatrix.core.recorded import Recorded
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.placement import place_worker
 from convmatrix.runners.threads import ThreadPolicy, decide, export
@@ -94,7 +95,7 @@ def test_a_run_records_its_policy_and_its_processes_have_it(tmp_path, sqlite_url
         cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=LIMIT_S
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    recorded = runs(sqlite_url)[-1].options["threads"]
+    recorded = Recorded.of(runs(sqlite_url)[-1].options).threads
     assert (recorded["spec"], recorded["source"], recorded["wait"]) == (spec, source, wait)
     assert recorded["threads"] == threads and recorded["workers"] == int(workers)
     seen = Counter(tuple(line.split()) for line in spy.read_text().splitlines())

@@ -69,7 +69,7 @@ def default_floor(dtype: str, output: str) -> float:
 class Declared:
     """The arithmetic a run's kernel declared (``Capabilities``: ``accumulate``,
     ``intermediate``, ``deterministic``), as the run records it in
-    ``RunMeta.options["arithmetic"]``. The bound, so the usage, follows the first two."""
+    ``RunMeta.options["facts"]["arithmetic"]``. The bound, so the usage, follows the first two."""
 
     accumulate: str = "float32"
     intermediate: str = "fp32"

@@ -131,7 +131,8 @@ def compare_runs(
 ) -> RunComparison:
     """Every section. A case that fails in HEAD but was not in BASE counts as a new failure too
     (and is listed under added): for a CI gate, a new failing case is new. ``declared``: the
-    arithmetic each run's kernel declared (``Declared.of(RunMeta.options.get("arithmetic"))``),
+    arithmetic each run's kernel declared (``Declared.of(Recorded.of(RunMeta.options).arithmetic)``,
+    ``core.recorded``),
     where known; where they differ the error rule falls back to e_rel/e_norm."""
     opts = options or DiffOptions()
     old = {r.case.id: r for r in base_results}

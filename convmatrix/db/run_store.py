@@ -17,6 +17,7 @@ from sqlalchemy import Engine, exc, select, text
 from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
+from convmatrix.core.recorded import Recorded
 from convmatrix.core.records import CaseResult, RunMeta, run_identity
 from convmatrix.db.database import Database
 from convmatrix.db.engine import connection_error, write_session
@@ -77,12 +78,12 @@ class DatabaseStore:
                 print(f"convmatrix run: run {info.id}: {replayed} result(s) from its journal")
         with Session(self.engine) as session:
             done = done_case_ids(session, info.id)
-        sources = info.options.get("matrix_sources") or [info.matrix]
+        recorded = Recorded.of(info.options)
         return StoredRun(
             id=info.id,
             kernel=info.kernel,
-            kernel_spec=info.options.get("kernel_spec"),
-            matrix_sources=tuple(sources),
+            kernel_spec=recorded.kernel_spec,
+            matrix_sources=tuple(recorded.matrix_sources or [info.matrix]),
             done=frozenset(done),
             identity=run_identity(info),
         )

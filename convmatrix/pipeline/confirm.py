@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import select
@@ -65,10 +66,8 @@ def _rerun_options(
     limit_s: float | None = None,
     label: str | None = None,
 ) -> RunOptions:
-    sources = run.options.get("matrix_sources") or []
-    return RunOptions(
-        matrix=sources[0] if len(sources) == 1 else run.matrix,
-        kernel=run.options.get("kernel_spec") or run.kernel,
+    return RunOptions.rerun(
+        run.options, run.matrix, run.kernel,
         device=rerun_device(run.device_kind),
         workers=workers,
         db=database.url,
@@ -77,7 +76,7 @@ def _rerun_options(
         cases=cases,
         case_timeout=limit_s,
         scan=False,
-    )
+    )  # fmt: skip
 
 
 def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> int:
@@ -85,14 +84,8 @@ def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> i
     matrix = options.matrix or ""
     if Path(matrix).is_file():
         matrix = str(Path(matrix).resolve())
-    argv = [sys.executable, "-m", "convmatrix", "run", "--matrix", matrix,
-            "--kernel", str(options.kernel), "--device", options.device,
-            "-n", str(options.workers), "--db", absolute_url(database.url),
-            "--label", str(options.label), "--kind", "confirm"]  # fmt: skip
-    if options.case_timeout is not None:
-        argv += ["--case-timeout", f"{options.case_timeout:g}"]
-    for case in options.cases:
-        argv += ["--case", case]
+    given = replace(options, matrix=matrix, db=absolute_url(database.url))
+    argv = [sys.executable, "-m", "convmatrix", "run", *given.to_argv()]
     done = subprocess.run(argv, cwd=root, env=worktree_env(root), capture_output=True, text=True)
     if done.returncode not in (0, 1):
         reason = (done.stderr or done.stdout).strip().splitlines()
@@ -115,7 +108,8 @@ def _rerun_at(run: RunInfo, options: RunOptions, database: Database, *, checkout
     ``checkout``, else refused naming both commits before anything runs)."""
     with recorded_code(run, str(options.kernel), "confirm", checkout=checkout) as root:
         if root is not None:
-            return _rerun_in_worktree(options.checked(), root, database)
+            options.checked()  # refused here, before a process starts
+            return _rerun_in_worktree(options, root, database)
         end = walk(options, database, (("prepare", prepare), ("execute", execute)))
         assert end.account.run_id is not None, "a rerun into a database is recorded"
         return end.account.run_id

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from convmatrix.core.case import Case
 from convmatrix.core.errors import InfrastructureError, UsageError
+from convmatrix.core.recorded import FACTS, Recorded
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.db.database import Database
 from convmatrix.db.engine import absolute_url
@@ -102,13 +103,11 @@ class Shrunk:
 
 def probe_options(run: RunInfo) -> RunOptions:
     """The options ``run`` was made with, as a probe takes them (no database of its own)."""
-    sources = run.options.get("matrix_sources") or []
-    return RunOptions(
-        matrix=sources[0] if sources else None,
-        kernel=run.options.get("kernel_spec") or run.kernel,
-        device=run.options.get("device") or run.device_kind,
-        rule=run.options.get("policy"),
-        reference_device=run.options.get("reference_device") or "auto",
+    return RunOptions.rerun(
+        run.options,
+        run.matrix,
+        run.kernel,
+        device=Recorded.of(run.options).device(run.device_kind),
         reference_cache="off",  # shrunk candidates hardly repeat
         workers=0,
         no_db=True,
@@ -234,7 +233,7 @@ def _record(database: Database, probe: Probe, run: RunInfo, result: ShrinkResult
         kind="shrink", workers=0, db=database.url,
     )  # fmt: skip
     meta = run_meta(probe.prepared, options, 1)
-    meta.options["shrink"] = {**result.to_json(), "from_run": run.id}
+    meta.options[FACTS]["shrink"] = {**result.to_json(), "from_run": run.id}
     controller = Controller(DatabaseStore(database), meta, {judged.case.id}, None)
     controller.record(judged)
     return controller.finish(interrupted=False).run_id

@@ -20,6 +20,7 @@ from convmatrix.reports.explain import Explanation, explain
 from convmatrix.reports.pivots import Pivot, build_pivots
 from convmatrix.reports.timing_view import PerformanceSection, build_performance_section
 from convmatrix.reports.viewmodel import RunHeader
+from convmatrix.runners.options import RunOptions
 
 __all__ = [
     "CaseLine",
@@ -145,12 +146,11 @@ def output_line(m: OutputMetrics, case: Case | None = None) -> OutputLine:
 
 
 def rerun_command(run: RunHeader, case_ids: Sequence[str]) -> str:
-    """The ``convmatrix run`` command line that reruns exactly these cases of this run."""
-    argv = ["convmatrix", "run", "--matrix", run.matrix_source or run.matrix]
-    argv += ["--kernel", run.kernel_spec or run.kernel, "--device", run.device.split(" ", 1)[0]]
-    for case_id in case_ids:
-        argv += ["--case", case_id]
-    return shlex.join(argv)
+    """The ``convmatrix run`` command line that reruns exactly these cases of this run, as it
+    ran and judged them (``RunOptions.rerun``: its ``--policy`` rule, reference device...)."""
+    named = RunOptions(matrix=run.matrix, kernel=run.kernel, device=run.device.split(" ", 1)[0])
+    rerun = RunOptions.from_recorded(run.rerun or named.recorded(), cases=list(case_ids))
+    return shlex.join(["convmatrix", "run", *rerun.to_argv()])
 
 
 def _params(result: CaseResult) -> dict[str, Any]:

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from convmatrix.core.errors import UsageError
+from convmatrix.core.recorded import Recorded
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
 from convmatrix.db.engine import redact_url
 from convmatrix.runners.account import JUDGED_BAD, judgement
+from convmatrix.runners.options import RunOptions
 
 __all__ = [
     "RunHeader",
@@ -50,8 +52,9 @@ class RunHeader:
     versions: dict[str, Any]
     geometry: dict[str, Any] | None
     database: str  # the URL with its password redacted
-    kernel_spec: str = ""  # as given to --kernel (a name or module:attr): for rerun commands
-    matrix_source: str = ""  # as given to --matrix (a name or a file)
+    # the options that rerun its cases (RunOptions.rerun: its matrix file, kernel spec, device
+    # kind, --policy rule, reference device...), recorded form: for rerun commands and bisect
+    rerun: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # outcome -> cases, from the results
     n_cases: int = 0
     n_planned: int | None = None
@@ -130,7 +133,7 @@ def run_header(
         lost += result.outcome == "lost" and (result.message or "").startswith("lost node")
     device = run.device_kind + (f" ({run.device_name})" if run.device_name else "")
     options = getattr(run, "options", None) or {}
-    sources = options.get("matrix_sources") or []
+    rerun = RunOptions.rerun(options, run.matrix, run.kernel, device=run.device_kind)
     return RunHeader(
         id=run.id,
         kernel=run.kernel,
@@ -148,9 +151,8 @@ def run_header(
         versions=dict(run.versions or {}),
         geometry=dict(run.geometry) if run.geometry else None,
         database=redact_url(url),
-        kernel_spec=options.get("kernel_spec") or run.kernel,
-        arithmetic=options.get("arithmetic"),
-        matrix_source=sources[0] if len(sources) == 1 else run.matrix,
+        rerun=rerun.recorded(),
+        arithmetic=Recorded.of(options).arithmetic,
         counts=counts,
         n_cases=n,
         n_planned=run.n_planned,

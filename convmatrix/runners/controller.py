@@ -26,6 +26,7 @@ from convmatrix.core import __version__
 from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores, discover, resolve_device
 from convmatrix.core.errors import NotJudgedError, UsageError
+from convmatrix.core.recorded import stored_options
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta, run_identity
 from convmatrix.kernels.interface.registry import KernelLoadError, KernelSpecError, load
 from convmatrix.runners.account import DEFAULT_MIN_JUDGED, RunAccount, skip_reasons, worst_failures
@@ -343,30 +344,23 @@ def run_meta(prepared: Prepared, request: RunOptions, planned: int) -> RunMeta:
         versions=versions,
         label=request.label,
         argv=list(sys.argv),
-        options={
-            "kernel_spec": prepared.kernel_spec,
-            "matrix_sources": list(prepared.workloads),
-            "workers": request.workers,
-            "executor": request.executor,
-            "device": prepared.device_spec,
-            "case_timeout_s": prepared.timeout_s,
-            "cases": prepared.wanted,
-            "policy": prepared.rule,  # the rule --policy chose (None: the matrix's)
-            "reference_device": prepared.reference_device,
-            "reference_cache": prepared.reference_cache is not None,
+        options=stored_options(
+            replace(request, kernel=prepared.kernel_spec).recorded(),
+            matrix_sources=list(prepared.workloads),
+            reference_cache=prepared.reference_cache is not None,
             # what the kernel declared its arithmetic to be: the bound, so the bound usage,
             # follows it (compare.errors compares usage only under one declaration)
-            "arithmetic": declared_arithmetic(prepared.kernel),
+            arithmetic=declared_arithmetic(prepared.kernel),
             # intra-op threads and OpenMP wait of each process that ran cases (CPU runs)
-            "threads": prepared.threads.record(int(request.workers), cpu_cores())
+            threads=prepared.threads.record(int(request.workers), cpu_cores())
             if prepared.device.type == "cpu"
             else None,
             # what the kernel says it loaded (an adapter: the library's version, layout, the
             # interpreter's workarounds...), as JSON; str() for anything JSON cannot hold
-            "kernel": json.loads(json.dumps(dict(describe()), default=str))
+            kernel=json.loads(json.dumps(dict(describe()), default=str))
             if callable(describe)
             else None,
-        },
+        ),
         geometry=dict(describe().get("geometry", {})) if callable(describe) else None,
         n_planned=planned,
         kind=request.kind,

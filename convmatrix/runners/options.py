@@ -12,15 +12,19 @@ but only the pipeline (``convmatrix.pipeline``) reads them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
-from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields, replace
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from convmatrix.core.environment import check_environment
 from convmatrix.core.errors import UsageError
+from convmatrix.core.recorded import Recorded, redact_password
 from convmatrix.core.records import RUN_KINDS
 from convmatrix.core.verdict import RULES
 from convmatrix.runners.account import DEFAULT_MIN_JUDGED
@@ -33,6 +37,7 @@ __all__ = [
     "EXECUTOR_NAMES",
     "FAIL_ON",
     "REFERENCE_DEVICES",
+    "RERUN",
     "RunOptions",
     "add_cli_options",
     "add_pytest_options",
@@ -48,6 +53,10 @@ REFERENCE_DEVICES = ("auto", "host", "device")
 EXECUTOR_NAMES = ("xdist", "ray")  # runners.executors.EXECUTORS, without importing them
 FAIL_ON = ("new-regressions",)
 _PYTEST_PREFIX = "convmatrix_"  # pytest dests live in one namespace with other plugins'
+# What a rerun of a recorded run's cases keeps (confirm, shrink, bisect, the report's command):
+# how the cases ran and were judged; not where results went, nor what followed the run.
+RERUN = ("matrix", "kernel", "device", "case_timeout", "reference_device", "reference_cache",
+         "reference_cache_size", "max_cases", "rule", "threads")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,20 @@ class Flag:
     choices: tuple[str, ...] | None = None
     action: str | None = None  # store_true, count, extend, append
     pytest: bool = True  # also a ``pytest --matrix`` option (False: ``convmatrix run`` only)
+
+    def argv(self, value: Any) -> list[str]:
+        """The arguments that give this option ``value`` (``RunOptions.to_argv``)."""
+        flag = self.flags[0]
+        if self.action == "store_true":
+            return [flag] if value else []
+        if self.action == "count":
+            return [flag] * int(value)
+        values = value if self.action in ("extend", "append") else [value]
+        out: list[str] = []
+        for v in values:  # a value that looks like a flag is glued to a long one
+            text = str(v)
+            out += [f"{flag}={text}"] if text.startswith("-") and flag[:2] == "--" else [flag, text]
+        return out
 
     def keywords(self, dest: str, default: Any) -> dict[str, Any]:
         kw: dict[str, Any] = {"dest": dest, "help": self.help, "default": default}
@@ -95,8 +118,9 @@ class RunOptions:
         "--device", default="auto", help="auto (default), cpu, cuda or mlu (workers spread)"
     )
     workers: int | str = _option(
-        "-n", default="auto", help="worker processes: N or auto", pytest=False
-    )  # under pytest, xdist's own -n
+        "-n", default="auto", type=lambda text: int(text) if text.isdigit() else text,
+        help="worker processes: N or auto", pytest=False,
+    )  # fmt: skip  # under pytest, xdist's own -n
     db: str | None = _option(
         "--db", metavar="URL",
         help="database URL (default: $CONVMATRIX_DB, else sqlite:///convmatrix.db)",
@@ -228,6 +252,51 @@ class RunOptions:
         }
         return cls(**given, **code)
 
+    def recorded(self) -> dict[str, Any]:
+        """These options as a run stores them (``core.recorded``): every field by name, as JSON
+        values (paths as strings, the shard as a mapping); a database URL without its
+        password. ``from_recorded`` reads it back."""
+        out = {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
+        if self.db is not None:
+            out["db"] = redact_password(self.db)
+        return out
+
+    @classmethod
+    def from_recorded(cls, stored: Mapping[str, Any] | Recorded, **override: Any) -> RunOptions:
+        """The options a run recorded (``recorded``, or a whole stored row of this release or
+        an older one: ``core.recorded.RENAMED``), with ``override`` on top. Keys of no field
+        (a later release's) are left out."""
+        given = stored if isinstance(stored, Recorded) else Recorded.of(stored)
+        hints = _hints()
+        values = {k: _from_json(hints[k], v) for k, v in given.given.items() if k in hints}
+        return cls(**{**values, **override})
+
+    @classmethod
+    def rerun(
+        cls, stored: Mapping[str, Any], matrix: str, kernel: str, **override: Any
+    ) -> RunOptions:
+        """The options that rerun cases of a recorded run: the ``RERUN`` fields it recorded
+        (its ``--policy`` rule, reference device, ...), the matrix it loaded and the kernel it
+        ran (else ``matrix`` and ``kernel``, the run's names), ``override`` on top; the other
+        fields their defaults."""
+        row = Recorded.of(stored)
+        kept = cls.from_recorded(row)
+        return cls(**{
+            **{name: getattr(kept, name) for name in RERUN},
+            "matrix": row.matrix(matrix), "kernel": row.kernel(kernel), **override,
+        })  # fmt: skip
+
+    def to_argv(self) -> list[str]:
+        """``convmatrix run``'s arguments for these options (without ``convmatrix run``): a
+        flag for each value that is not its default, so that parsing them gives these options
+        back (fields without a flag are code's: ``files``, ``scan``, ``sharding``)."""
+        argv: list[str] = []
+        for f in _flagged():
+            value = getattr(self, f.name)
+            if value != _default(f):
+                argv += f.metadata["flag"].argv(value)
+        return argv
+
     def export_threads(self) -> None:
         """The thread policy's wait into this process's environment (``runners.threads``):
         called before torch loads, it reaches this process's OpenMP (``-n 0``) and every
@@ -353,6 +422,35 @@ def worker_count(spec: str | int, device: str) -> int:
 
 def _flagged() -> list[Any]:
     return [f for f in fields(RunOptions) if "flag" in f.metadata]
+
+
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(RunOptions)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    return value
+
+
+def _from_json(hint: Any, value: Any) -> Any:
+    """A recorded JSON value as the field of type ``hint`` holds it."""
+    if value is None:
+        return None
+    kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for kind in kinds:
+        if kind is Path:
+            return Path(value)
+        if dataclasses.is_dataclass(kind) and isinstance(value, Mapping):
+            return kind(**value)
+        if typing.get_origin(kind) in (tuple, list):
+            return typing.get_origin(kind)(value)
+    return value
 
 
 def _default(f: Any) -> Any:

@@ -1,7 +1,7 @@
 """The thread policy of a CPU run: how many intra-op threads each process that runs cases
 gets, and how its idle OpenMP threads wait. One decision, made by the process that starts the
 run and handed to every process that runs cases (``-n 0`` itself, xdist workers, Ray actors'
-case children), recorded with the run (``RunMeta.options["threads"]``).
+case children), recorded with the run (``RunMeta.options["facts"]["threads"]``).
 
 Why one thread per worker by default (``auto``): the reference and the metrics run in channel
 blocks, thousands of small parallel regions a case. torch's default (every core, OpenMP threads

@@ -29,7 +29,7 @@ from pathlib import Path
 from convmatrix.core.errors import InfrastructureError, NotJudgedError, UsageError
 from convmatrix.db.database import Database
 from convmatrix.db.queries import newest_run_id, resolve_run
-from convmatrix.reports.viewmodel import run_header
+from convmatrix.runners.options import RunOptions
 from convmatrix.service.alerts import record_bisection
 from convmatrix.service.regressions import list_regressions
 
@@ -65,6 +65,9 @@ class BisectRequest:
     build: str | None = None
     device: str = "auto"
     python: str = sys.executable
+    # how the bisected run ran and judged its cases (RunOptions.rerun: its --policy rule,
+    # reference device...): every step judges the case the same way
+    judged: RunOptions = field(default_factory=RunOptions)
 
 
 @dataclass(frozen=True)
@@ -115,9 +118,11 @@ def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 def step_script(request: BisectRequest) -> str:
     """The shell script ``git bisect run`` calls at each commit."""
     q = shlex.quote
-    run = [request.python, "-m", "convmatrix", "run", "--matrix", request.matrix,
-           "--kernel", request.kernel, "--case", request.case_id, "--db", request.db,
-           "-n", "0", "--device", request.device, "--kind", "bisect"]  # fmt: skip
+    step = replace(
+        request.judged, matrix=request.matrix, kernel=request.kernel, cases=[request.case_id],
+        db=request.db, workers=0, device=request.device, kind="bisect",
+    )  # fmt: skip
+    run = [request.python, "-m", "convmatrix", "run", *step.to_argv()]
     build = ""
     if request.build:
         build = (
@@ -264,11 +269,11 @@ def plan_bisection(database: Database, asked: Asked) -> tuple[BisectRequest, int
             good, bad = good or reg.last_good_commit, bad or reg.first_bad_commit
             case_id, alert_id = case_id or reg.case_id, reg.alert_id
             run = run or (str(reg.first_bad_run) if reg.first_bad_run else None)
-        kernel, matrix = asked.kernel, asked.matrix
+        kernel, matrix, judged = asked.kernel, asked.matrix, RunOptions()
         if run is not None:
-            header = run_header(resolve_run(session, run), database.url)
-            kernel = kernel or header.kernel_spec or header.kernel
-            matrix = matrix or header.matrix_source or header.matrix
+            info = resolve_run(session, run)
+            judged = RunOptions.rerun(info.options, info.matrix, info.kernel)
+            kernel, matrix = kernel or judged.kernel, matrix or judged.matrix
     missing = [n for n, v in (("--good", good), ("--bad", bad), ("--case", case_id)) if not v]
     if missing:
         raise UsageError(f"give {', '.join(missing)} (or --regression N to take them from one)")
@@ -278,7 +283,7 @@ def plan_bisection(database: Database, asked: Asked) -> tuple[BisectRequest, int
         matrix = str(Path(matrix).resolve())
     request = BisectRequest(
         repo=asked.repo, good=str(good), bad=str(bad), case_id=str(case_id), matrix=str(matrix),
-        kernel=kernel, db=database.url, build=asked.build, device=asked.device,
+        kernel=kernel, db=database.url, build=asked.build, device=asked.device, judged=judged,
     )  # fmt: skip
     return request, alert_id
 

@@ -38,6 +38,7 @@ from convmatrix.compare.infrastructure import (
     infrastructure_cause,
 )
 from convmatrix.compare.runs import DiffOptions
+from convmatrix.core.recorded import Recorded
 from convmatrix.core.records import CaseResult
 from convmatrix.db.models import AlertRow, RegressionRow
 from convmatrix.db.queries import RunInfo, load_results, resolve_run
@@ -130,7 +131,7 @@ def rerun_limit(todo: Pending) -> float | None:
     timed out at (or its ``--case-timeout``); None (the matrix's) when none timed out."""
     if not todo.timeouts_s:
         return None
-    limits = [*todo.timeouts_s, float(todo.run.options.get("case_timeout_s") or 0.0)]
+    limits = [*todo.timeouts_s, Recorded.of(todo.run.options).case_timeout or 0.0]
     return RERUN_LIMIT_FACTOR * max(limits)
 
 

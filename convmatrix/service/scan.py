@@ -45,6 +45,7 @@ from convmatrix.compare.infrastructure import (
     infrastructure_lines,
 )
 from convmatrix.compare.runs import DiffOptions, RunComparison, compare_runs
+from convmatrix.core.recorded import Recorded
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.db.alert_queries import alert_of_run
 from convmatrix.db.lineage import lineage_runs
@@ -110,7 +111,7 @@ def declared_pair(base: RunInfo | None, head: RunInfo) -> tuple[Declared | None,
     """What the two runs' kernels declared their arithmetic to be (usage compares only under
     one bound: ``compare.errors``)."""
     return tuple(
-        Declared.of(run.options.get("arithmetic")) if run is not None else None
+        Declared.of(Recorded.of(run.options).arithmetic) if run is not None else None
         for run in (base, head)
     )
 
