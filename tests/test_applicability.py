@@ -107,7 +107,7 @@ def test_a_property_that_raises_fails_alone_and_by_name():
 
 
 def test_a_per_sequence_final_state_makes_chunk_consistency_not_applicable_only_when_short():
-    kernel = load("convmatrix.kernels.adapters.mlu_vllm:standin")
+    kernel = load("convmatrix.kernels.doubles.standins:mlu_vllm")
     short = Case("t", "fwd", 4, 16, 2, seqlen=19, seq_lens=(17, 2), checks=CHECKS)
     assert "shorter than K-1" in refused_call(kernel, "chunk_consistency", short)
     result = run_case(short, Context(kernel))

@@ -31,7 +31,8 @@ from test_tiled import assert_matches, make_problem
 from convmatrix.core.case import Case
 from convmatrix.kernels import ContractError, load
 from convmatrix.kernels.adapters import vllm_source
-from convmatrix.kernels.adapters.vllm import NULL_BLOCK_ID, VllmKernel, _ops_of, standin
+from convmatrix.kernels.adapters.vllm import NULL_BLOCK_ID, VllmKernel, _ops_of
+from convmatrix.kernels.doubles.standins import vllm as standin
 from convmatrix.kernels.doubles.vllm_standin import causal_conv1d_update
 from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
 from convmatrix.matrix import expand_matrix, load_matrix

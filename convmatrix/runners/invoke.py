@@ -21,13 +21,13 @@ import torch
 from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
 from convmatrix.core.sanitise import safe_str
+from convmatrix.kernels.interface.semantics import decode_prefix, pool_rows, write_decode_state
 from convmatrix.kernels.oracle.reference import (
     backward_magnitudes,
     conv_backward,
     conv_forward,
     forward_magnitudes,
 )
-from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows, write_decode_state
 from convmatrix.runners.defaults import ProcessState, note_changes
 from convmatrix.runners.inputs import ForwardInputs, UpdateInputs
 from convmatrix.runners.refcache.cache import ReferenceCache

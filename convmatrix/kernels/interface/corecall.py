@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from convmatrix.kernels.oracle.semantics import is_silu
+from convmatrix.kernels.interface.semantics import is_silu
 
 __all__ = ["CORE_OPS", "CoreArgs", "CoreCall", "core_call_of", "update_history"]
 
@@ -79,7 +79,7 @@ def core_call_of(kernel: Any) -> Callable[[CoreArgs], CoreCall | None] | None:
 def update_history(args: CoreArgs) -> tuple[torch.Tensor, torch.Tensor]:
     """(live new tokens (B_live, C, T), their K-1 newest cached tokens (B_live, C, K-1) in x's
     dtype): the gather every update does before its arithmetic, done here untimed."""
-    from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows
+    from convmatrix.kernels.interface.semantics import decode_prefix, pool_rows
 
     assert args.conv_state is not None, "update core calls need conv_state"
     batch = args.x.shape[0]
