@@ -36,7 +36,7 @@ from convmatrix.kernels.doubles.standins import vllm as standin
 from convmatrix.kernels.doubles.vllm_standin import causal_conv1d_update
 from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
 from convmatrix.matrix import expand_matrix, load_matrix
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case.execute import Context, run_case
 
 REPO = Path(__file__).resolve().parents[1]
 VENDORED = Path(__file__).parent / "resources" / "vllm-0.33.0"
@@ -104,7 +104,7 @@ import json, sys
 from convmatrix.kernels import load
 from convmatrix.kernels.adapters import triton_probes
 from convmatrix.matrix import expand_matrix, load_matrix
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case.execute import Context, run_case
 kernel = load("vllm")
 reason, facts = kernel.availability(), dict(kernel.describe())
 bad, ops = [], set()

@@ -12,8 +12,8 @@ Only the adapter knows where its core begins, hence a hook::
 It does every conversion *now* (outside any timed region) and returns a zero-argument closure
 that runs just the core on the converted inputs; ``None`` means "no separable core for these
 arguments" and the timing falls back to the op call on contiguous inputs, recorded under its
-own scope name so the two are never compared (``convmatrix.runners.timing.scopes``). ``KernelBase``
-returns ``None``; ``torch``, ``reference`` and ``tiled`` implement it.
+own scope name so the two are never compared (``convmatrix.runners.case.timing.scopes``).
+``KernelBase`` returns ``None``; ``torch``, ``reference`` and ``tiled`` implement it.
 
 ``op`` is ``fwd``, ``fwd_bwd`` (forward then backward), ``bwd`` (the backward alone: whatever
 the forward leaves behind is computed before the closure is returned) or ``update`` (the
