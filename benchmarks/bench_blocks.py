@@ -8,7 +8,7 @@ MB of float64. Three settings, each in a fresh process (c10 reads THP_MEM_ALLOC_
 alternated round by round so the machine's load falls on all; CPU seconds of ``run_case`` on
 one case, best of the rounds, and ratios to the first setting:
 
-- ``blocks+thp``: the default blocks (``runners.invoke.BLOCK_ELEMENTS``) on huge pages
+- ``blocks+thp``: the default blocks (``runners.case.reference.BLOCK_ELEMENTS``) on huge pages
   (``THP_MEM_ALLOC_ENABLE=1``, opt-in: see docs/benchmarks.md);
 - ``whole+thp``: one block per output, the whole tensor per pass;
 - ``blocks-thp``: channel blocks with 4 KiB pages.
@@ -37,10 +37,10 @@ import torch
 torch.set_num_threads(1)
 from convmatrix.core.case import Case
 from convmatrix.kernels.interface.registry import load
-from convmatrix.runners import invoke
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case import reference
+from convmatrix.runners.case.execute import Context, run_case
 if sys.argv[2] == "whole":
-    invoke.BLOCK_ELEMENTS = 1 << 62
+    reference.BLOCK_ELEMENTS = 1 << 62
 case = Case(**eval(sys.argv[3]))
 ctx = Context(load(sys.argv[1]))
 run_case(case, ctx)  # first call: imports, allocator warm-up

@@ -4,7 +4,7 @@
         [--kernels torch tiled reference] [--defects] [--sample N] [--workers 2] [--out FILE]
         [--min-elements N] [--max-elements N]
 
-Each case is run once (``runners.execute.run_case`` under the default ``bound`` policy, the
+Each case is run once (``runners.case.execute.run_case`` under the default ``bound`` policy, the
 torch path beside it) and judged afterwards under every policy from what the run records:
 ``bound`` (bound usage <= safety), ``threshold`` (the rows' usage <= 1), ``old_threshold``
 (the rows as judged before the bound model: dw/db by the coarser of the x and weight dtype),
@@ -89,8 +89,8 @@ def _run(job: tuple[str, list[str], list[str]]) -> list[dict[str, Any]]:
 
     torch.set_num_threads(1)
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.execute import CaseMemo, Context, run_case
-    from convmatrix.runners.workload import load_workload
+    from convmatrix.runners.case.execute import CaseMemo, Context, run_case
+    from convmatrix.runners.run.workload import load_workload
 
     matrix, specs, ids = job
     memo = CaseMemo()
@@ -125,7 +125,7 @@ def measure(
     """One row per (kernel, case); with ``out``, rows are appended as jobs finish and the
     cases it already holds are not run again (a long grid survives an interruption)."""
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.workload import load_workload
+    from convmatrix.runners.run.workload import load_workload
 
     cases = [c for c in load_workload(matrix, load(specs[0])).cases if c.expect != "error"]
     cases = [c for c in cases if sizes[0] <= _cost(c) <= sizes[1]]

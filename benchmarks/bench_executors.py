@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("-n", dest="workers", type=int, default=2)
     args = parser.parse_args()
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.workload import load_workload
+    from convmatrix.runners.run.workload import load_workload
 
     cases = load_workload(args.matrix, load(args.kernel)).cases
     first, n = cases[0].id, len(cases)

@@ -8,7 +8,7 @@ The bare loop, in this process, does per case the work of a case and nothing els
 (``execute.case_work``: inputs, kernel, float64 reference, torch path, metrics, property
 checks, verdict), twice: at torch's default threads (what the harness gave its processes
 before the thread policy) and at one thread (what a run's processes get now,
-``runners.threads``). The harness is the whole ``convmatrix run`` command as a user starts it:
+``runners.run.threads``). The harness is the whole ``convmatrix run`` command as a user starts it:
 interpreter and torch start-up, pytest collection, xdist workers (``-n 1``; ``-n 0`` runs
 in-process), the guards around each case (its processes, memory, process state), the verdict,
 the database writes and the summary. The reference cache is off on both sides. Rounds
@@ -47,10 +47,10 @@ from pathlib import Path
 
 import torch
 
-from convmatrix.runners.controller import prepare
-from convmatrix.runners.execute import case_work
+from convmatrix.runners.case.execute import case_work
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.run.controller import prepare
+from convmatrix.runners.run.store import MemoryStore
 
 HERE = Path(__file__).resolve().parent
 TARGET = 1.15

@@ -37,11 +37,11 @@ import torch
 from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.tolerances import Policy
-from convmatrix.runners.execute import build_inputs
-from convmatrix.runners.invoke import channel_blocks, judged_blocks, reference_blocks
-from convmatrix.runners.refcache.cache import ReferenceCache
-from convmatrix.runners.refcache.directory import CacheDir
-from convmatrix.runners.refcache.key import BoundSpec, cache_key
+from convmatrix.runners.case.execute import build_inputs
+from convmatrix.runners.case.refcache.cache import ReferenceCache
+from convmatrix.runners.case.refcache.directory import CacheDir
+from convmatrix.runners.case.refcache.key import BoundSpec, cache_key
+from convmatrix.runners.case.reference import channel_blocks, judged_blocks, reference_blocks
 
 SPEC = BoundSpec(Capabilities(), Policy())
 CPU = torch.device("cpu")

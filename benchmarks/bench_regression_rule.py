@@ -5,7 +5,7 @@ defects, side by side in one run.
         [--factors 2 3 4 ...] [--floors 0.01 0.03 ...] [--out rows.jsonl] [--load rows.jsonl]
 
 Every case of the matrix (expected errors aside) is run once by every kernel below, case by
-case in one process per job (``runners.execute.run_case`` under the default ``bound``
+case in one process per job (``runners.case.execute.run_case`` under the default ``bound``
 policy), and the runs are then compared pairwise with the real rule (``compare.runs``,
 ``compare.errors``) under each (factor, floor) of a grid, each run carrying what its kernel
 declares (``Declared``), as a recorded run does:
@@ -70,8 +70,8 @@ def _run(job: tuple[str, list[str]]) -> list[dict[str, Any]]:
 
     torch.set_num_threads(1)
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.execute import CaseMemo, Context, run_case
-    from convmatrix.runners.workload import load_workload
+    from convmatrix.runners.case.execute import CaseMemo, Context, run_case
+    from convmatrix.runners.run.workload import load_workload
 
     matrix, ids = job
     memo = CaseMemo()
@@ -92,7 +92,7 @@ def _cost(case: Any) -> int:
 
 def measure(matrix: str, workers: int, sample: int | None) -> list[dict[str, Any]]:
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.workload import load_workload
+    from convmatrix.runners.run.workload import load_workload
 
     cases = [c for c in load_workload(matrix, load("tiled")).cases if c.expect != "error"]
     if sample and len(cases) > sample:
@@ -114,7 +114,7 @@ def _declared() -> dict[str, Any]:
     """Each kernel's declared arithmetic, as its run records it."""
     from convmatrix.compare.errors import Declared
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.controller import declared_arithmetic
+    from convmatrix.runners.run.controller import declared_arithmetic
 
     return {label: Declared.of(declared_arithmetic(load(spec))) for label, spec in KERNELS.items()}
 

@@ -5,7 +5,7 @@
 
 Each measurement is the whole ``convmatrix run`` command (start-up included, ``--no-db``), as
 a user would time it. Each CPU worker gets one torch thread (the thread policy,
-``runners.threads``; the figures in docs/benchmarks.md before it gave ``-n N`` cores // N
+``runners.run.threads``; the figures in docs/benchmarks.md before it gave ``-n N`` cores // N
 threads, so ``-n 1`` spread large tensor operations over every core), so the parallelism
 comes from workers: ``-n 2`` overlaps two cases. Both kinds are measured: the built-in
 ``nightly`` matrix and ``scaling.matrix.yaml`` (48 mid-size cases). Rounds alternate the

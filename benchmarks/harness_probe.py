@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from convmatrix.runners import execute
+from convmatrix.runners.case import execute
 
 _items: list[tuple[float, float]] = []  # (wall, cpu) of the harness around each case
 _reports: list[tuple[float, float]] = []  # (wall, cpu) of handling each call report

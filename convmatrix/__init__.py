@@ -35,7 +35,7 @@ _LAZY = {
     "Geometry": "convmatrix.core.contract",
     "Kernel": "convmatrix.kernels.interface.protocol",
     "KernelBase": "convmatrix.kernels.interface.protocol",
-    "RunAccount": "convmatrix.runners.account",
+    "RunAccount": "convmatrix.runners.run.account",
     "load": "convmatrix.kernels.interface.registry",
     "run": "convmatrix.api",
 }

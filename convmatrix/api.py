@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from convmatrix.core.errors import UsageError
-from convmatrix.runners.account import RunAccount
+from convmatrix.runners.run.account import RunAccount
 
 __all__ = ["run"]
 

@@ -7,12 +7,12 @@ importing anything (the docs build has no torch):
 
 - dotted names: ``convmatrix.<module>.<name>`` anywhere, and inside backticks names
   relative to the package whose first part is one of its subpackages
-  (``runners.invoke.kernel_outputs``, ``db.database.Database``): the longest prefix that is
+  (``runners.case.invoke.kernel_outputs``, ``db.database.Database``): the longest prefix that is
   a module, then a top-level name of that module (defined, imported, or a key of a lazy
   table: ``core.lazy``), then an attribute of that class;
 - repository paths: ``convmatrix/...``, ``tests/...``, ``benchmarks/...``, ``docs/...``,
   ``examples/...`` anywhere, and inside backticks package-relative ones
-  (``runners/invoke.py``); globs and placeholders (``*``, ``<``) are left alone.
+  (``runners/case/invoke.py``); globs and placeholders (``*``, ``<``) are left alone.
 
 A module path an earlier release published and that still imports through
 ``convmatrix.core.moved`` is still a stale name here: the docs teach today's paths.

@@ -218,12 +218,12 @@ def test_fla_adapter_builds_cu_seqlens_and_wide_states():
     assert log[1] == ("fla", (2, 16, 8), None)
 
 
-@pytest.mark.parametrize("spec", ["mlu_vllm:standin", "vllm:standin"])  # one API, two ports
+@pytest.mark.parametrize("spec", ["mlu_vllm", "vllm"])  # one API, two ports
 @pytest.mark.parametrize("layout", ["channel_first", "channel_last"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("lens", [None, (5, 11, 17), (7, -3, 23), (-4, 29)])
 def test_vllm_adapter_forward_matches_reference(spec, layout, dtype, lens):
-    kernel = load(f"convmatrix.kernels.adapters.{spec}")
+    kernel = load(f"convmatrix.kernels.doubles.standins:{spec}")
     p = make_problem(2, 16, 33, 4, seed=4, x_dtype=dtype)
     seq_idx = None if lens is None else _seq_idx(2, lens)
     x = channel_last(p["x"]) if layout == "channel_last" else p["x"]
@@ -249,7 +249,7 @@ def test_vllm_adapter_forward_matches_reference(spec, layout, dtype, lens):
 
 
 def test_vllm_adapter_contract():
-    kernel = load("convmatrix.kernels.adapters.mlu_vllm:standin")
+    kernel = load("convmatrix.kernels.doubles.standins:mlu_vllm")
     assert kernel.availability() is None
     assert "backward" not in kernel.capabilities.features
     short = _case(op="fwd", seq_lens=(70, 10), final_state=True, width=4)
@@ -265,7 +265,7 @@ def test_vllm_adapter_contract():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("lens", [None, (5, 11, 17), (7, -3, 23)])
 def test_fla_adapter_forward_backward_matches_reference(layout, dtype, lens):
-    kernel = load("convmatrix.kernels.adapters.mlu_fla:standin")
+    kernel = load("convmatrix.kernels.doubles.standins:mlu_fla")
     p = make_problem(2, 16, 33, 4, seed=5, x_dtype=dtype)
     seq_idx = None if lens is None else _seq_idx(2, lens)
 
@@ -297,7 +297,7 @@ def test_fla_adapter_forward_backward_matches_reference(layout, dtype, lens):
 
 
 def test_fla_adapter_has_no_final_state():
-    kernel = load("convmatrix.kernels.adapters.mlu_fla:standin")
+    kernel = load("convmatrix.kernels.doubles.standins:mlu_fla")
     assert "final_state" not in kernel.capabilities.features
     with pytest.raises(ContractError, match="final state"):
         kernel.forward(torch.randn(1, 8, 6), torch.randn(8, 4), return_final_state=True)
@@ -309,7 +309,7 @@ def test_fla_adapter_has_no_final_state():
     [(1, 3, False, False), (3, 6, False, False), (4, 5, True, False), (2, 5, True, True)],
 )
 def test_mlu_adapter_updates_match_reference(name, tokens, state_len, ring, slots):
-    kernel = load(f"convmatrix.kernels.adapters.{name}:standin")
+    kernel = load(f"convmatrix.kernels.doubles.standins:{name}")
     p = make_problem(3, 8, tokens, 4, seed=6)
     pool = torch.randn(5 if slots else 3, 8, state_len, generator=torch.Generator().manual_seed(8))
     indices = torch.tensor([4, -1, 0], dtype=torch.int32) if slots else None

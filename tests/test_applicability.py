@@ -1,5 +1,5 @@
 """No property check, guard or input calls a kernel outside what it declares
-(convmatrix.runners.applicability, properties, inputs), with kernels that refuse such calls
+(convmatrix.runners.case.applicability, properties, inputs), with kernels that refuse such calls
 (tests/resources/kernels/contract_kernels.py): a check that cannot run is "not applicable"
 with the reason, a check that raises fails alone and by name, and slots follow the contract."""
 
@@ -17,9 +17,14 @@ from convmatrix.core.verdict import describe
 from convmatrix.kernels import load
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.matrix import expand_matrix, load_matrix
-from convmatrix.runners.applicability import NOT_APPLICABLE, _split_lens, calls_of, refused_call
-from convmatrix.runners.execute import Context, run_case
-from convmatrix.runners.inputs import build_update
+from convmatrix.runners.case.applicability import (
+    NOT_APPLICABLE,
+    _split_lens,
+    calls_of,
+    refused_call,
+)
+from convmatrix.runners.case.execute import Context, run_case
+from convmatrix.runners.case.inputs import build_update
 
 sys.path.insert(0, str(Path(__file__).parent / "resources" / "kernels"))
 import contract_kernels as ck
@@ -107,7 +112,7 @@ def test_a_property_that_raises_fails_alone_and_by_name():
 
 
 def test_a_per_sequence_final_state_makes_chunk_consistency_not_applicable_only_when_short():
-    kernel = load("convmatrix.kernels.adapters.mlu_vllm:standin")
+    kernel = load("convmatrix.kernels.doubles.standins:mlu_vllm")
     short = Case("t", "fwd", 4, 16, 2, seqlen=19, seq_lens=(17, 2), checks=CHECKS)
     assert "shorter than K-1" in refused_call(kernel, "chunk_consistency", short)
     result = run_case(short, Context(kernel))

@@ -22,8 +22,8 @@ from convmatrix.kernels.oracle.reference import (
     forward_magnitudes,
 )
 from convmatrix.reports.diff import build_diff
-from convmatrix.runners.execute import Context, run_case
-from convmatrix.runners.workload import load_workload
+from convmatrix.runners.case.execute import Context, run_case
+from convmatrix.runners.run.workload import load_workload
 
 U32 = 2.0**-24
 
@@ -223,9 +223,10 @@ def test_the_torch_paths_window_sums_accumulate_in_the_input_dtype():
     one-rounding-per-term bound; run alone in a fresh process (this test, and that very case)
     it uses about 0.9 of it, so whether torch takes the rounding path depends on its state,
     and only the declared bound is asserted here."""
-    from convmatrix.runners.bounds import arithmetic, bound_usage
-    from convmatrix.runners.execute import build_inputs
-    from convmatrix.runners.invoke import kernel_outputs, reference_bounded
+    from convmatrix.kernels.oracle.steps import reference_bounded
+    from convmatrix.runners.case.bounds import arithmetic, bound_usage
+    from convmatrix.runners.case.execute import build_inputs
+    from convmatrix.runners.case.invoke import kernel_outputs
 
     case = Case("fwd_bwd", "fwd_bwd", 4, 1024, 2, seqlen=1024, x_dtype="bfloat16")
     kernel = TorchKernel()
@@ -245,7 +246,7 @@ def test_a_weight_below_the_smallest_normal_of_x_is_bounded_absolutely():
     """dao-parity's varlen fp16 case 349cbf604f78: the torch path rounds an fp32 weight of
     6.8e-7 to an fp16 subnormal (4% off, where u_fp16 is 0.05%) and its y used 1.64 of a bound
     built on |w|. The magnitudes count |w| as at least fp16's smallest normal."""
-    from convmatrix.runners.bounds import arithmetic, bound_usage
+    from convmatrix.runners.case.bounds import arithmetic, bound_usage
 
     case = Case("t", "fwd", 4, 1, 1, seqlen=4, x_dtype="float16", bias=False)
     x = torch.tensor([[[0.0, 0.0, 0.0, 1.04]]]).half()  # only the tiny last tap contributes
@@ -267,7 +268,7 @@ def test_usage_of_counts_elements_expected_exactly_zero_apart():
     """An element whose bound is nothing but the subnormal floor eta is right only at 0: a
     non-zero value there is counted, not divided (it was a usage of |a| / eta = 1e+43)."""
     from convmatrix.core.bounds import TINY
-    from convmatrix.runners.bounds import bound_usage, usage_of
+    from convmatrix.runners.case.bounds import bound_usage, usage_of
 
     eta = TINY["float32"]
     r = torch.tensor([0.0, 1.0, 0.0, -2.0], dtype=torch.float64)

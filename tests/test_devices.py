@@ -13,7 +13,7 @@ import torch
 from convmatrix.cli import main
 from convmatrix.core import devices
 from convmatrix.core.errors import UsageError
-from convmatrix.runners.memory import PeakMemory
+from convmatrix.runners.case.memory import PeakMemory
 
 
 def test_cpu_is_always_available_and_accelerators_say_why_not():
@@ -79,7 +79,7 @@ def test_peak_memory_on_the_cpu_counts_what_a_case_adds():
     # In a fresh process: in this one, memory freed by earlier tests may still be resident,
     # and a block placed there adds nothing to the high-water mark (correctly so).
     probe = (
-        "import torch; from convmatrix.runners.memory import PeakMemory\n"
+        "import torch; from convmatrix.runners.case.memory import PeakMemory\n"
         "with PeakMemory(torch.device('cpu')) as m:\n"
         "    block = torch.ones(64 * 1024 * 1024 // 4); block += 1\n"
         "print(m.peak_mb)"

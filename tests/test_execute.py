@@ -11,7 +11,7 @@ import torch
 from convmatrix.core.case import Case
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.kernels.oracle.reference import ReferenceKernel
-from convmatrix.runners.execute import Context, build_inputs, run_case
+from convmatrix.runners.case.execute import Context, build_inputs, run_case
 
 sys.path.insert(0, str(Path(__file__).parent / "resources" / "kernels"))
 import bad_kernels
@@ -140,7 +140,7 @@ def test_kernels_sharing_a_case_memo_record_what_they_record_alone(c):
     """The memo hands the second kernel the torch path of the first: every
     recorded number equals a run without it (the case's tensors depend on the case alone)."""
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.execute import CaseMemo
+    from convmatrix.runners.case.execute import CaseMemo
 
     memo = CaseMemo()
     kernels = [TorchKernel(), load("tiled")]
@@ -158,11 +158,11 @@ def test_judging_in_channel_blocks_records_what_one_block_records(c, monkeypatch
     verdicts. Tolerance 1e-6 relative: the float64 reference's per-channel sums (dw, db) and
     the sums of squares add up in another order, a few ulps of r, and an fp32 error of 1e-8
     of |r| turns an ulp of r into 1e-8 of itself."""
-    from convmatrix.runners import invoke
+    from convmatrix.runners.case import reference
 
     whole = run_case(c, Context(TorchKernel()))
-    monkeypatch.setattr(invoke, "BLOCK_ELEMENTS", 1)
-    blocks = invoke.channel_blocks(c, build_inputs(c, torch.device("cpu")))
+    monkeypatch.setattr(reference, "BLOCK_ELEMENTS", 1)
+    blocks = reference.channel_blocks(c, build_inputs(c, torch.device("cpu")))
     assert len(blocks) == c.dim
     blocked = run_case(c, Context(TorchKernel()))
     assert blocked.outcome == whole.outcome == "passed"

@@ -129,9 +129,9 @@ def test_an_alert_of_two_cases_says_too_few_and_is_explained_again_from_all_its_
 
 
 def test_contiguity_facts_come_from_the_layout_the_runners_build():
-    """The explanation's facts of the call hold to the tensors ``runners.inputs`` builds."""
+    """The explanation's facts of the call hold to the tensors ``runners.case.inputs`` builds."""
     from convmatrix.reports.facts import FACTS
-    from convmatrix.runners.inputs import build_forward
+    from convmatrix.runners.case.inputs import build_forward
 
     variants = [
         dict(layout="channel_first"), dict(layout="channel_last"),

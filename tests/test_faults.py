@@ -38,7 +38,7 @@ from convmatrix.core.sanitise import MAX_TEXT
 from convmatrix.db import Session, open_database
 from convmatrix.db.engine import redact_argv
 from convmatrix.db.queries import resolve_run
-from convmatrix.runners.processes import descendants
+from convmatrix.runners.case.processes import descendants
 
 FAULTS = RESOURCES / "matrices" / "faults.matrix.yaml"
 # How long a process may outlive its killed controller. watch_parent polls every 0.25 s
@@ -192,7 +192,7 @@ def test_argv_redaction_covers_every_form_of_a_database_url():
 
 def test_child_processes_of_a_case_end_with_it(tmp_path):
     """``CaseProcesses`` ends what appeared during the case and leaves older processes."""
-    from convmatrix.runners.processes import CaseProcesses
+    from convmatrix.runners.case.processes import CaseProcesses
 
     older = subprocess.Popen(["sleep", "60"])
     try:
@@ -226,7 +226,7 @@ def test_a_case_ends_the_daemon_it_started_and_takes_no_thread_for_a_process(tmp
     among them are not processes, a daemon out of the tree is found by the case's token."""
     import threading
 
-    from convmatrix.runners.processes import CaseProcesses
+    from convmatrix.runners.case.processes import CaseProcesses
 
     with CaseProcesses() as case:
         thread = threading.Thread(target=time.sleep, args=(0.01,))
@@ -243,7 +243,7 @@ def test_a_case_ends_the_daemon_it_started_and_takes_no_thread_for_a_process(tmp
 
 
 def test_without_the_pid_counter_a_case_scans_every_process_before_and_after(monkeypatch):
-    from convmatrix.runners import processes
+    from convmatrix.runners.case import processes
 
     monkeypatch.setattr(processes, "_LAST_PID", "/proc/no-such-counter")
     older = subprocess.Popen(["sleep", "60"])
@@ -267,7 +267,7 @@ time.sleep(600)
 _WATCHED = """
 import os, subprocess, sys, time
 from pathlib import Path
-from convmatrix.runners.processes import watch_parent
+from convmatrix.runners.case.processes import watch_parent
 watch_parent()
 helper = subprocess.Popen(["sleep", "600"])
 Path(sys.argv[1] + ".tmp").write_text(f"{os.getpid()} {helper.pid}")

@@ -1,4 +1,4 @@
-"""The guards checked after every kernel call (runners.guards): the fast check agrees with the
+"""The guards checked after every kernel call (runners.case.guards): the fast check agrees with the
 element-by-element one, a changed copy is what placing the changed values gives, damage is
 found and repaired, the torch path runs on copies of the placed inputs; and the time between
 a process's cases is a phase of its own."""
@@ -11,12 +11,12 @@ import time
 import pytest
 import torch
 
-import convmatrix.runners.inputs as inputs_module
+import convmatrix.runners.case.inputs as inputs_module
 from convmatrix.core.case import Case
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.kernels.interface.registry import load
-from convmatrix.runners.execute import Context, run_case, run_guarded
-from convmatrix.runners.guards import (
+from convmatrix.runners.case.execute import Context, run_case, run_guarded
+from convmatrix.runners.case.guards import (
     changed_copy,
     damage,
     fresh_copy,
@@ -25,7 +25,7 @@ from convmatrix.runners.guards import (
     restore,
     runs,
 )
-from convmatrix.runners.inputs import build_forward, place
+from convmatrix.runners.case.inputs import build_forward, place
 
 CPU = torch.device("cpu")
 LAYOUTS = [("channel_first", None), ("channel_last", None), ("channel_first", "row_pad"),

@@ -21,8 +21,8 @@ from convmatrix.core.records import CaseResult
 from convmatrix.db import open_database
 from convmatrix.db.engine import write_session
 from convmatrix.kernels.builtin.framework import TorchKernel
-from convmatrix.runners.execute import Context, _time, run_case, run_guarded
-from convmatrix.runners.interrupts import kernel_crash_message
+from convmatrix.runners.case.execute import Context, _time, run_case, run_guarded
+from convmatrix.runners.case.interrupts import kernel_crash_message
 from convmatrix.service.alert_pages import alert_page
 from convmatrix.service.scan import scan_run
 

@@ -9,7 +9,7 @@ import torch
 
 from convmatrix.core.case import Case
 from convmatrix.kernels.oracle.reference import conv_forward
-from convmatrix.runners.inputs import (
+from convmatrix.runners.case.inputs import (
     GUARD,
     build_forward,
     build_update,

@@ -1,16 +1,16 @@
-"""Cases in a child process (``runners.isolated``), as the Ray executor's device actors run them:
-real spawned processes, a kernel that aborts its process, one that hangs."""
+"""Cases in a child process (``runners.executors.isolated``), as the Ray executor's device actors
+run them: real spawned processes, a kernel that aborts its process, one that hangs."""
 
 from __future__ import annotations
 
 import torch
 from runner_helpers import KERNELS, TINY, TINY_L7
 
-from convmatrix.runners.controller import Setup
-from convmatrix.runners.execute import run_guarded
-from convmatrix.runners.isolated import ChildSpec, IsolatedRunner
+from convmatrix.runners.case.execute import run_guarded
+from convmatrix.runners.executors.isolated import ChildSpec, IsolatedRunner
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.run.controller import Setup
+from convmatrix.runners.run.store import MemoryStore
 
 
 def runner_for(kernel: str, monkeypatch) -> tuple[IsolatedRunner, Setup]:

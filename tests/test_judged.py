@@ -11,7 +11,7 @@ import pytest
 from runner_helpers import KERNELS, TINY, convmatrix_cmd, run, runs
 
 from convmatrix.core.errors import EXIT_CODES, NotJudgedError
-from convmatrix.runners.account import DEFAULT_MIN_JUDGED, RunAccount, judgement
+from convmatrix.runners.run.account import DEFAULT_MIN_JUDGED, RunAccount, judgement
 
 NOTHING_JUDGED = NotJudgedError.exit_code
 

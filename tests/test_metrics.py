@@ -12,7 +12,7 @@ from convmatrix.core.records import CaseResult, ErrorMetrics, PropertyResult
 from convmatrix.core.tolerances import Policy, Tolerance, Tolerances
 from convmatrix.core.verdict import case_severity as severity
 from convmatrix.core.verdict import describe, judge_output, judged_dtype
-from convmatrix.runners.metrics import error_metrics, rms
+from convmatrix.runners.case.metrics import error_metrics, rms
 
 F64 = torch.float64
 

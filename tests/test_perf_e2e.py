@@ -19,7 +19,7 @@ from runner_helpers import RESOURCES, convmatrix_cmd, results, run, runs
 
 from convmatrix.core.records import CaseResult, TimingResult
 from convmatrix.db import ResultWriter, open_database
-from convmatrix.runners.timing.perfmodel import work_of
+from convmatrix.runners.case.timing.perfmodel import work_of
 
 pytestmark = pytest.mark.slow  # real convmatrix processes, about 2.5 minutes together
 

@@ -12,13 +12,13 @@ import pytest
 from convmatrix.core.case import Case
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult, RunMeta
-from convmatrix.runners.account import RunAccount, worst_failures
-from convmatrix.runners.controller import Controller
-from convmatrix.runners.plugin import place_worker
-from convmatrix.runners.store import MemoryStore
-from convmatrix.runners.threads import ThreadPolicy
-from convmatrix.runners.watchdog import EXIT_STATUS
-from convmatrix.runners.workload import select_cases
+from convmatrix.runners.executors.xdist.plugin import place_worker
+from convmatrix.runners.executors.xdist.watchdog import EXIT_STATUS
+from convmatrix.runners.run.account import RunAccount, worst_failures
+from convmatrix.runners.run.controller import Controller
+from convmatrix.runners.run.store import MemoryStore
+from convmatrix.runners.run.threads import ThreadPolicy
+from convmatrix.runners.run.workload import select_cases
 
 
 def test_cuda_workers_own_device_n_mod_count_and_see_it_as_zero():
@@ -92,7 +92,7 @@ def test_summary_counts_worst_failures_first_and_names_the_run():
 
 WATCHDOG = """
 import sys, time
-from convmatrix.runners.watchdog import Watchdog
+from convmatrix.runners.executors.xdist.watchdog import Watchdog
 with Watchdog(float(sys.argv[1]), lambda: print("timeout delivered", flush=True)):
     time.sleep(float(sys.argv[2]))
 print("case finished", flush=True)
@@ -115,7 +115,7 @@ def test_every_case_of_a_process_is_watched_by_one_thread():
     """A thread a case (``threading.Timer``) waited for the scheduler on every case."""
     import threading
 
-    from convmatrix.runners.watchdog import Watchdog
+    from convmatrix.runners.executors.xdist.watchdog import Watchdog
 
     fired = []
     for _ in range(5):
@@ -133,9 +133,9 @@ def test_a_result_recorded_in_process_is_what_its_json_would_give():
 
     from runner_helpers import TINY
 
-    from convmatrix.runners.controller import prepare
-    from convmatrix.runners.execute import run_guarded
+    from convmatrix.runners.case.execute import run_guarded
     from convmatrix.runners.options import RunOptions
+    from convmatrix.runners.run.controller import prepare
 
     options = RunOptions(matrix=str(TINY), kernel="torch", workers=0, reference_cache="off")
     prepared = prepare(options.checked(), MemoryStore())
@@ -151,7 +151,7 @@ def test_a_result_recorded_in_process_is_what_its_json_would_give():
 
 HARD_LIMIT = """
 import re, sys, time
-from convmatrix.runners import watchdog
+from convmatrix.runners.executors.xdist import watchdog
 watchdog.HARD_GRACE_S, watchdog.HARD_SLACK_S, watchdog.IDLE_MARGIN_S = 0.5, 0.5, 1.0
 with watchdog.Watchdog(20.0, lambda: None):  # a long limit first: its timer is far off
     pass

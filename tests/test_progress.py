@@ -10,7 +10,12 @@ from runner_helpers import TINY, convmatrix_cmd, run
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
-from convmatrix.runners.progress import CI_INTERVAL_S, TTY_INTERVAL_S, Progress, default_interval
+from convmatrix.runners.run.progress import (
+    CI_INTERVAL_S,
+    TTY_INTERVAL_S,
+    Progress,
+    default_interval,
+)
 
 
 class Clock:

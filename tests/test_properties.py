@@ -1,4 +1,4 @@
-"""Property checks on the case's own work (runners.properties, chunks, agreement): the main
+"""Property checks on the case's own work (runners.case.properties, chunks, agreement): the main
 call is every check's whole call, the main reference's bounds judge them, and each check's
 kernel calls are counted and stored."""
 
@@ -16,16 +16,16 @@ from convmatrix.core.records import CaseResult, PropertyResult
 from convmatrix.core.verdict import describe
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.kernels.oracle import reference
-from convmatrix.runners.agreement import Agreement, Calls, Pending
-from convmatrix.runners.execute import Context, build_inputs, run_case
-from convmatrix.runners.invoke import channel_blocks
+from convmatrix.runners.case.agreement import Agreement, Calls, Pending
+from convmatrix.runners.case.execute import Context, build_inputs, run_case
+from convmatrix.runners.case.reference import channel_blocks
 
 CHECKS = ("causality", "packed_isolation", "chunk_consistency")
 # Neither an initial state nor a final state: the chunks' F and the first chunk's call
 # differ most from what the case itself asks for.
 PACKED = Case("t", "fwd_bwd", 4, 12, 2, seqlen=19, activation="silu", seq_lens=(9, 10),
               checks=CHECKS)  # fmt: skip
-# Several channel blocks of the reference (runners.invoke.BLOCK_ELEMENTS): 3 blocks.
+# Several channel blocks of the reference (runners.case.reference.BLOCK_ELEMENTS): 3 blocks.
 WIDE = Case("t", "fwd_bwd", 4, 130, 1, seqlen=4096, checks=("chunk_consistency",))
 
 

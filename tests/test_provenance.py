@@ -1,4 +1,4 @@
-"""The kernel's identity recorded with a run (convmatrix.runners.provenance): the git HEAD of
+"""The kernel's identity recorded with a run (convmatrix.runners.run.provenance): the git HEAD of
 the checkout that tracks the kernel's module (not the working directory's), else its
 distribution's version; ``--commit`` overrides. Real git repositories and real dist-info
 directories in tmp_path, the kernel loaded by its ``module:attribute`` spec."""
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from convmatrix.kernels import load
-from convmatrix.runners.controller import prepare, run_meta
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.provenance import git_provenance, kernel_identity
-from convmatrix.runners.store import MemoryStore
+from convmatrix.runners.run.controller import prepare, run_meta
+from convmatrix.runners.run.provenance import git_provenance, kernel_identity
+from convmatrix.runners.run.store import MemoryStore
 
 TINY = Path(__file__).parent / "resources" / "matrices" / "tiny.matrix.yaml"
 

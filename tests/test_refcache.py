@@ -17,16 +17,16 @@ from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.tolerances import Policy
 from convmatrix.kernels.builtin.framework import TorchKernel
-from convmatrix.runners.execute import Context, build_inputs, run_case
-from convmatrix.runners.inputs import place
-from convmatrix.runners.invoke import channel_blocks, judged_blocks
-from convmatrix.runners.phases import PHASES
-from convmatrix.runners.refcache import key as keys
-from convmatrix.runners.refcache.cache import ReferenceCache
-from convmatrix.runners.refcache.compact import round_up
-from convmatrix.runners.refcache.directory import CacheDir
-from convmatrix.runners.refcache.footprint import admit, entry_bytes, overhead_bytes
-from convmatrix.runners.refcache.key import BoundSpec, cache_key
+from convmatrix.runners.case.execute import Context, build_inputs, run_case
+from convmatrix.runners.case.inputs import place
+from convmatrix.runners.case.phases import PHASES
+from convmatrix.runners.case.refcache import key as keys
+from convmatrix.runners.case.refcache.cache import ReferenceCache
+from convmatrix.runners.case.refcache.compact import round_up
+from convmatrix.runners.case.refcache.directory import CacheDir
+from convmatrix.runners.case.refcache.footprint import admit, entry_bytes, overhead_bytes
+from convmatrix.runners.case.refcache.key import BoundSpec, cache_key
+from convmatrix.runners.case.reference import channel_blocks, judged_blocks
 
 CASE = Case("t", "fwd_bwd", 4, 12, 2, seqlen=19, activation="silu", initial_state="random",
             final_state=True, dfinal="random", seq_lens=(7, 12))  # fmt: skip

@@ -18,11 +18,11 @@ import torch
 from runner_helpers import TINY, child_env, convmatrix_cmd, results
 from test_refcache import CASE, assert_same, judged, key_of
 
-from convmatrix.runners import invoke
-from convmatrix.runners.refcache.cache import ReferenceCache
-from convmatrix.runners.refcache.directory import CacheDir
-from convmatrix.runners.refcache.entry import Entry, write_entry
-from convmatrix.runners.refcache.key import Key
+from convmatrix.runners.case import reference
+from convmatrix.runners.case.refcache.cache import ReferenceCache
+from convmatrix.runners.case.refcache.directory import CacheDir
+from convmatrix.runners.case.refcache.entry import Entry, write_entry
+from convmatrix.runners.case.refcache.key import Key
 
 TWO_BLOCKS = replace(CASE, dim=4, seqlen=6, seq_lens=None)  # 2 blocks of 2 channels: below
 LIMIT_S = 600
@@ -31,7 +31,7 @@ LIMIT_S = 600
 @pytest.fixture(autouse=True)
 def _small_blocks(monkeypatch):
     """Blocks of 2 channels for TWO_BLOCKS: an entry of two blocks in a few KB."""
-    monkeypatch.setattr(invoke, "BLOCK_ELEMENTS", 2 * (6 + 3) * 2)
+    monkeypatch.setattr(reference, "BLOCK_ELEMENTS", 2 * (6 + 3) * 2)
 
 
 def _flip(path: Path, at: int) -> None:
@@ -262,8 +262,8 @@ import json, resource, signal, sys
 from pathlib import Path
 from test_refcache import CASE
 from convmatrix.kernels.builtin.framework import TorchKernel
-from convmatrix.runners.execute import Context, run_case
-from convmatrix.runners.refcache.cache import ReferenceCache
+from convmatrix.runners.case.execute import Context, run_case
+from convmatrix.runners.case.refcache.cache import ReferenceCache
 
 cache = None
 if sys.argv[1] != "off":

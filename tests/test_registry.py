@@ -81,7 +81,9 @@ def test_selfcheck_command_exits_zero_and_prints_each_check():
 @pytest.mark.parametrize(
     "old, new",
     [
-        ("convmatrix.kernels.mlu_vllm:standin", "convmatrix.kernels.adapters.mlu_vllm:standin"),
+        ("convmatrix.kernels.mlu_vllm:standin", "convmatrix.kernels.doubles.standins:mlu_vllm"),
+        ("convmatrix.kernels.mlu_fla:standin", "convmatrix.kernels.doubles.standins:mlu_fla"),
+        ("convmatrix.kernels.adapters.vllm:standin", "convmatrix.kernels.doubles.standins:vllm"),
         ("convmatrix.kernels.tiled:make(T=32)", "convmatrix.kernels.builtin.tiled:make(T=32)"),
         ("convmatrix.kernels.framework:TorchKernel", "torch"),
     ],

@@ -30,7 +30,7 @@ from convmatrix.core.verdict import judge_output
 from convmatrix.db import load_results, open_database
 from convmatrix.db.engine import write_session
 from convmatrix.kernels.doubles.variants import Float64Sums
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case.execute import Context, run_case
 from convmatrix.service.regressions import list_regressions
 from convmatrix.service.scan import scan_run
 

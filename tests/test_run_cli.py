@@ -209,7 +209,7 @@ def test_a_run_records_the_arithmetic_its_kernel_declares(tmp_path):
     compares usage only between runs that declare the same (compare.errors)."""
     from convmatrix.api import run as run_api
     from convmatrix.kernels.interface.registry import load
-    from convmatrix.runners.workload import load_workload
+    from convmatrix.runners.run.workload import load_workload
 
     url = f"sqlite:///{tmp_path / 'results.db'}"
     spec = "convmatrix.kernels.doubles.variants:ShuffledSums"

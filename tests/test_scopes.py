@@ -18,12 +18,12 @@ from convmatrix.kernels.interface.corecall import CoreArgs
 from convmatrix.kernels.interface.protocol import KernelBase
 from convmatrix.kernels.oracle.reference import ReferenceKernel
 from convmatrix.matrix.spec import TimingSettings
-from convmatrix.runners.inputs import build_forward, build_update
-from convmatrix.runners.timing.cases import measure_interleaved, time_case
-from convmatrix.runners.timing.measure import Sampling
-from convmatrix.runners.timing.perfmodel import backward_work, work_of
-from convmatrix.runners.timing.scopes import kernel_scopes, op_scopes
-from convmatrix.runners.timing.subgraph import block_work, d_model, subgraph_scope
+from convmatrix.runners.case.inputs import build_forward, build_update
+from convmatrix.runners.case.timing.cases import measure_interleaved, time_case
+from convmatrix.runners.case.timing.measure import Sampling
+from convmatrix.runners.case.timing.perfmodel import backward_work, work_of
+from convmatrix.runners.case.timing.scopes import kernel_scopes, op_scopes
+from convmatrix.runners.case.timing.subgraph import block_work, d_model, subgraph_scope
 
 KERNELS = [TorchKernel(), ReferenceKernel(), TiledKernel(T=16, C_t=8, vec=4, P=2)]
 ONE = Sampling(warmup_min=1, warmup_max=1, repeats_min=2, repeats_max=2, budget_s=0.0)
@@ -195,8 +195,8 @@ def test_block_work_hand_checked():
 
 
 def test_interleaved_rounds_alternate_and_satisfied_items_drop_out():
-    from convmatrix.runners.timing.perfmodel import Work
-    from convmatrix.runners.timing.scopes import Timed
+    from convmatrix.runners.case.timing.perfmodel import Work
+    from convmatrix.runners.case.timing.scopes import Timed
 
     log: list[str] = []
     items = [Timed(name, (lambda n=name: log.append(n)), Work(0, 0)) for name in "ab"]

@@ -30,7 +30,7 @@ from convmatrix.kernels.interface.registry import KernelSpecError, load
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.matrix.errors import MatrixError
 from convmatrix.reports.adequacy import CaseRow, minimize
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case.execute import Context, run_case
 
 BASE = Context(kernel=TiledKernel())
 # the Chromium fixtures

@@ -15,9 +15,9 @@ from sqlalchemy import select, update
 from convmatrix.core.errors import UsageError
 from convmatrix.db import ResultWriter, open_database, tables
 from convmatrix.kernels.builtin.framework import TorchKernel
-from convmatrix.runners.shards import parse_shard
-from convmatrix.runners.store import Shard
-from convmatrix.runners.workload import load_workload
+from convmatrix.runners.run.shards import parse_shard
+from convmatrix.runners.run.store import Shard
+from convmatrix.runners.run.workload import load_workload
 
 
 def smoke_ids() -> set[str]:

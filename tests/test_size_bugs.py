@@ -24,7 +24,7 @@ from convmatrix.kernels.doubles.seeded import (
     load,
 )
 from convmatrix.kernels.interface.registry import load as load_kernel
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case.execute import Context, run_case
 
 BASE = Context(kernel=load_kernel("tiled"))
 

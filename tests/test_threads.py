@@ -1,4 +1,4 @@
-"""The thread policy of CPU runs (``runners.threads``): its decisions, and real runs (``-n 0``
+"""The thread policy of CPU runs (``runners.run.threads``): its decisions, and real runs (``-n 0``
 and ``-n 2`` xdist workers) whose recorded provenance states it and whose processes have it."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from convmatrix.core.environment import MAX_THREADS, THREADS_PER_CORE, thread_li
 from convmatrix.core.errors import UsageError
 from convmatrix.core.recorded import Recorded
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.placement import place_worker
-from convmatrix.runners.threads import ThreadPolicy, decide, export
+from convmatrix.runners.run.placement import place_worker
+from convmatrix.runners.run.threads import ThreadPolicy, decide, export
 
 OMP = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "CONVMATRIX_THREADS")
 

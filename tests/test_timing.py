@@ -14,8 +14,8 @@ import time
 import pytest
 
 from convmatrix.core.case import Case
-from convmatrix.runners.timing.measure import Sampling, measure, summarize
-from convmatrix.runners.timing.perfmodel import (
+from convmatrix.runners.case.timing.measure import Sampling, measure, summarize
+from convmatrix.runners.case.timing.perfmodel import (
     Rates,
     backward_work,
     forward_work,
@@ -195,7 +195,7 @@ def test_update_work_hand_checked():
 
 @pytest.mark.parametrize("flops, nbytes, expected", [(1e9, 1e6, 0.1), (1e6, 1e9, 0.5)])
 def test_lower_bound_is_the_larger_of_compute_and_traffic(flops, nbytes, expected):
-    from convmatrix.runners.timing.perfmodel import Work
+    from convmatrix.runners.case.timing.perfmodel import Work
 
     assert time_floor(Work(flops, nbytes), Rates(bandwidth=2e9, compute=1e10)) == pytest.approx(
         expected

@@ -11,8 +11,8 @@ from convmatrix.core.case import Case
 from convmatrix.kernels.doubles.defects import SUBTLE, ChoppedRunningSum, Fp32Kernel
 from convmatrix.kernels.doubles.variants import VARIANTS, Float64Sums, ShuffledSums
 from convmatrix.kernels.interface.registry import load
-from convmatrix.runners.execute import Context, run_case
-from convmatrix.runners.workload import load_workload
+from convmatrix.runners.case.execute import Context, run_case
+from convmatrix.runners.run.workload import load_workload
 
 # dw of a B*L = 3*197 reduction: the longest of nightly, fp32 weights (judged in fp32)
 LONG = Case("t", "fwd_bwd", 4, 16, 3, seqlen=197, x_dtype="float32", w_dtype="float32")

@@ -31,11 +31,12 @@ from test_tiled import assert_matches, make_problem
 from convmatrix.core.case import Case
 from convmatrix.kernels import ContractError, load
 from convmatrix.kernels.adapters import vllm_source
-from convmatrix.kernels.adapters.vllm import NULL_BLOCK_ID, VllmKernel, _ops_of, standin
+from convmatrix.kernels.adapters.vllm import NULL_BLOCK_ID, VllmKernel, _ops_of
+from convmatrix.kernels.doubles.standins import vllm as standin
 from convmatrix.kernels.doubles.vllm_standin import causal_conv1d_update
 from convmatrix.kernels.oracle.reference import ReferenceKernel, reference_forward
 from convmatrix.matrix import expand_matrix, load_matrix
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case.execute import Context, run_case
 
 REPO = Path(__file__).resolve().parents[1]
 VENDORED = Path(__file__).parent / "resources" / "vllm-0.33.0"
@@ -103,7 +104,7 @@ import json, sys
 from convmatrix.kernels import load
 from convmatrix.kernels.adapters import triton_probes
 from convmatrix.matrix import expand_matrix, load_matrix
-from convmatrix.runners.execute import Context, run_case
+from convmatrix.runners.case.execute import Context, run_case
 kernel = load("vllm")
 reason, facts = kernel.availability(), dict(kernel.describe())
 bad, ops = [], set()

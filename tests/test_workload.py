@@ -1,4 +1,4 @@
-"""A run with ``--case`` plans only the named cases (runners.workload, matrix.expand): the
+"""A run with ``--case`` plans only the named cases (runners.run.workload, matrix.expand): the
 matrix is expanded no further than the last named case, only those cases become items, and
 the workers take the controller's plan instead of expanding the matrix again."""
 
@@ -14,10 +14,10 @@ import convmatrix.matrix.expand as expand_module
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.kernels.interface.registry import load
 from convmatrix.matrix import expand_matrix, load_matrix
-from convmatrix.runners.controller import Prepared, Setup
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.store import MemoryStore
-from convmatrix.runners.workload import Wanted, load_workload, select_cases
+from convmatrix.runners.run.controller import Prepared, Setup
+from convmatrix.runners.run.store import MemoryStore
+from convmatrix.runners.run.workload import Wanted, load_workload, select_cases
 
 
 def _expansions(thunk) -> int:

@@ -4,7 +4,7 @@
 Shows where it is, what it holds against its limit and its counters (hits, misses, entries
 that failed their check, writes that failed, evictions, cases left out); with ``--matrix``,
 what that matrix's references would take and which of them a run would keep. ``clear``
-removes its entries and counters (nothing else: ``runners.refcache.directory``). Never
+removes its entries and counters (nothing else: ``runners.case.refcache.directory``). Never
 imports torch: the directory is read as files.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 from convmatrix.core.case import Case
 from convmatrix.core.errors import UsageError
-from convmatrix.runners.options import parse_size
-from convmatrix.runners.refcache.directory import (
+from convmatrix.runners.case.refcache.directory import (
     CACHE_ENV,
     CacheDir,
     cache_directory,
     default_directory,
 )
-from convmatrix.runners.refcache.footprint import admit, human_bytes
+from convmatrix.runners.case.refcache.footprint import admit, human_bytes
+from convmatrix.runners.options import parse_size
 
 __all__ = ["add_arguments", "cache_command", "clear_command"]
 

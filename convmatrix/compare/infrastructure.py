@@ -8,10 +8,10 @@ the case could not be judged (``core.records.OUTCOMES``):
 - ``lost``: no result arrived (a worker killed from outside, xdist out of restarts, a node).
 - ``crashed`` where the process running the case died (a signal, the OOM killer): a kernel
   may cause that (a segfault), but one death does not say so. A kernel that raised a
-  ``BaseException`` (``runners.interrupts.kernel_crash_message``: "the kernel raised ...")
+  ``BaseException`` (``runners.case.interrupts.kernel_crash_message``: "the kernel raised ...")
   and a crash the executor already reproduced on another device (the Ray executor does, its
   ``retry_reason`` says so) are the kernel's.
-- ``error``: the harness raised (``harness error: ...`` from ``runners.execute.run_guarded``,
+- ``error``: the harness raised (``harness error: ...`` from ``runners.case.execute.run_guarded``,
   a pytest ``setup failed``/``teardown failed``). The kernel raising while its passed case was
   timed (``timing raised ...``) is the kernel's.
 
@@ -47,9 +47,9 @@ CAUSES = ("timeout", "lost worker", "harness error")
 
 # The beginnings of the messages the runners write for bad outcomes that are the kernel's
 # (tests/test_infrastructure.py holds them to the functions that write them).
-_KERNEL_CRASH = "the kernel raised "  # runners.interrupts.kernel_crash_message
+_KERNEL_CRASH = "the kernel raised "  # runners.case.interrupts.kernel_crash_message
 _CRASH_REPRODUCED = "confirming on another device"  # the Ray executor's retry reason
-_KERNEL_TIMING = "timing raised "  # runners.execute._time
+_KERNEL_TIMING = "timing raised "  # runners.case.execute._time
 
 
 @dataclass(frozen=True)

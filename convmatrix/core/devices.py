@@ -247,7 +247,7 @@ class Timer(Protocol):
 # host (other workers, other CI jobs): wall time measures that sharing as much as the kernel
 # (on a loaded 2-core host the same call measured 2x apart), while the process's CPU time,
 # like a device event, counts only the work done for this call. Timing runs single-threaded
-# under ``process`` (see ``convmatrix.runners.timing.cases``), so the CPU time of a call is its
+# under ``process`` (see ``convmatrix.runners.case.timing.cases``), so the CPU time of a call is its
 # latency on one idle core.
 CPU_CLOCK_ENV = "CONVMATRIX_CPU_CLOCK"
 CPU_CLOCKS = ("process", "wall")

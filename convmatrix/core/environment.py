@@ -58,7 +58,7 @@ GEOMETRY_LIMITS = {
     "vector_width": 1 << 10,
     "partial_groups": 1 << 10,
 }
-THREADS_ENV = "CONVMATRIX_THREADS"  # the thread policy (runners.threads)
+THREADS_ENV = "CONVMATRIX_THREADS"  # the thread policy (runners.run.threads)
 # Thread counts of one process. Every thread-count variable (``--threads`` included) is
 # refused above ``thread_limit()``: THREADS_PER_CORE threads a core this process may run on,
 # never above MAX_THREADS. More is a typo, not a machine: OMP_NUM_THREADS=100000 made torch
@@ -233,7 +233,7 @@ VARIABLES: dict[str, Variable] = {
         Variable(
             "CONVMATRIX_PROGRESS_S",
             "seconds between progress lines (0: every case)",
-            "runners.progress",
+            "runners.run.progress",
             _seconds(MAX_RETRY_S),
         ),
         Variable(
@@ -246,7 +246,7 @@ VARIABLES: dict[str, Variable] = {
         Variable(
             "CONVMATRIX_REFERENCE_CACHE",
             "the reference cache's directory when --reference-cache is not given (off: none)",
-            "runners.controller",
+            "runners.run.controller",
         ),
         Variable(
             "CONVMATRIX_SERVE_TOKEN",
@@ -258,13 +258,13 @@ VARIABLES: dict[str, Variable] = {
             THREADS_ENV,
             "the thread policy of CPU runs when --threads is not given: auto (one intra-op "
             "thread a worker, passive wait), torch (torch's default) or threads a worker",
-            "runners.threads",
+            "runners.run.threads",
             check_threads,
         ),
         Variable(
             "OMP_NUM_THREADS",
             "OpenMP's thread count: when set, each process of a run gets it (it beats --threads)",
-            "runners.threads",
+            "runners.run.threads",
             check_thread_count,
         ),
         *(
@@ -275,7 +275,7 @@ VARIABLES: dict[str, Variable] = {
         Variable(
             "OMP_WAIT_POLICY",
             "OpenMP's wait (ACTIVE spins, PASSIVE sleeps); a run sets PASSIVE when it is unset",
-            "runners.threads",
+            "runners.run.threads",
         ),
         Variable(
             "GITHUB_STEP_SUMMARY",

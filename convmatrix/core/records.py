@@ -41,7 +41,7 @@ OUTCOMES = ("passed", "failed", "skipped", "crashed", "timeout", "error", "lost"
 # Outcomes that fail a run; "skipped" is neither good nor bad.
 BAD_OUTCOMES = ("failed", "crashed", "timeout", "error", "lost")
 # The kernel's verdicts (a crash included: a kernel that kills its process was judged);
-# every other outcome judged nothing (``runners.account``: a run that judged too few ends 4).
+# every other outcome judged nothing (``runners.run.account``: a run that judged too few ends 4).
 JUDGED = ("passed", "failed", "crashed")
 # What a run is for: only plain runs (``run``) are baselines, ``latest``, history points and
 # index rows by default; the others are made to judge something else.
@@ -91,7 +91,8 @@ class PropertyResult:
     name: str  # causality | packed_isolation | chunk_consistency | guards | ...
     passed: bool
     detail: str = ""
-    # The kernel calls the check made (runners.properties); None: stored before they were counted
+    # The kernel calls the check made (runners.case.properties); None: stored before they were
+    # counted
     forward_calls: int | None = None
     backward_calls: int | None = None
 
@@ -127,7 +128,9 @@ class CaseResult:
     device_index: int | None = None
     retries: int = 0  # resubmissions: a lost actor or node, a crash confirmed elsewhere
     retry_reason: str | None = None
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (runners.phases)
+    phases: dict[str, float] = field(
+        default_factory=dict
+    )  # seconds per phase (runners.case.phases)
 
     def sanitised(self) -> CaseResult:
         """This result with its message and property details made safe to send and store

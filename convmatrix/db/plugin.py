@@ -14,7 +14,7 @@ import pytest
 from convmatrix.db.database import Database
 from convmatrix.db.run_store import DatabaseStore
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.store import MemoryStore, RunStore
+from convmatrix.runners.run.store import MemoryStore, RunStore
 
 _DATABASE = pytest.StashKey[Database]()
 

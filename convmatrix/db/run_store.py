@@ -24,7 +24,7 @@ from convmatrix.db.engine import connection_error, write_session
 from convmatrix.db.models import Run
 from convmatrix.db.queries import done_case_ids, resolve_run
 from convmatrix.db.writer import ResultWriter, replay_journal
-from convmatrix.runners.store import Shard, StoredRun
+from convmatrix.runners.run.store import Shard, StoredRun
 
 __all__ = ["DatabaseStore"]
 

@@ -232,7 +232,7 @@ cases = Table(
     # Resubmissions after a lost actor or node, or a crash confirmed on another device.
     req("retries", Integer, default=0, server_default="0"),
     opt("retry_reason", Text),
-    opt("phases", JSON),  # seconds per phase (runners.phases)
+    opt("phases", JSON),  # seconds per phase (runners.case.phases)
     # Also the "diff by case id" index: two runs joined on case_id.
     UniqueConstraint("run_id", "case_id"),
     CheckConstraint(_in("outcome", OUTCOMES), name="outcome"),

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from convmatrix.core.errors import UsageError
 from convmatrix.db.queries import RunInfo
-from convmatrix.runners.controller import load_kernel
-from convmatrix.runners.provenance import KernelIdentity, kernel_identity
+from convmatrix.runners.run.controller import load_kernel
+from convmatrix.runners.run.provenance import KernelIdentity, kernel_identity
 from convmatrix.service.bisect import git
 
 __all__ = ["recorded_code", "stands_at", "worktree_env"]

@@ -40,9 +40,9 @@ from convmatrix.db.queries import RunInfo
 from convmatrix.db.tables import runs
 from convmatrix.pipeline.checkout import recorded_code, worktree_env
 from convmatrix.pipeline.steps import RunState, execute, prepare, walk
-from convmatrix.runners.controller import load_kernel
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.provenance import kernel_identity
+from convmatrix.runners.run.controller import load_kernel
+from convmatrix.runners.run.provenance import kernel_identity
 from convmatrix.service.confirm import Confirmation, Pending, judge_rerun, pending, rerun_limit
 from convmatrix.service.scan import baseline_run
 

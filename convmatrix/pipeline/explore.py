@@ -12,8 +12,8 @@ in the isolated child process the Ray executor uses (a crashing kernel ends no s
 The budget bounds each round (``round_limits``): with workers, each case's time limit is the
 budget left (a hung case becomes a ``timeout`` failure) and the round is cut a grace after
 the budget's end (worker start-up); in one process (``-n 0``) a timeout would end this very
-process (``runners.watchdog``), so the round is cut at the budget's end, the case in flight
-with it. SIGINT and SIGTERM end the search within seconds (``search.stop``). Whatever ends
+process (``runners.executors.xdist.watchdog``), so the round is cut at the budget's end, the case
+in flight with it. SIGINT and SIGTERM end the search within seconds (``search.stop``). Whatever ends
 it, the findings so far are written to ``out``, after every round that found a failure too
 (a process killed outright keeps them), and an infrastructure fault (no thread or process
 to start, the database failing) is an ``InfrastructureError`` in the report (exit 3).
@@ -42,8 +42,8 @@ from convmatrix.db.queries import load_results
 from convmatrix.db.tables import runs
 from convmatrix.matrix.build import MAX_ELEMENTS
 from convmatrix.pipeline.run import run
-from convmatrix.runners.controller import load_kernel
 from convmatrix.runners.options import RunOptions
+from convmatrix.runners.run.controller import load_kernel
 from convmatrix.search.explore import (
     ExploreReport,
     ExploreSettings,

@@ -42,9 +42,9 @@ from convmatrix.db.queries import RunInfo, load_results, resolve_run
 from convmatrix.db.run_store import DatabaseStore
 from convmatrix.pipeline.checkout import recorded_code, worktree_env
 from convmatrix.pipeline.steps import RunState
-from convmatrix.runners.controller import Controller, run_meta
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.workload import select_cases
+from convmatrix.runners.run.controller import Controller, run_meta
+from convmatrix.runners.run.workload import select_cases
 from convmatrix.search.probe import Probe
 from convmatrix.search.shrink import ShrinkResult, shrink
 from convmatrix.search.space import case_entry, matrix_text

@@ -16,11 +16,11 @@ from convmatrix.core.errors import NotJudgedError
 from convmatrix.db.database import Database
 from convmatrix.db.run_store import DatabaseStore
 from convmatrix.reports.publish import write_run_report
-from convmatrix.runners.account import UNJUDGED_BAD, RunAccount, exit_status
-from convmatrix.runners.controller import Setup
 from convmatrix.runners.executors import Executor, make_executor
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.store import MemoryStore, RunStore, Shard
+from convmatrix.runners.run.account import UNJUDGED_BAD, RunAccount, exit_status
+from convmatrix.runners.run.controller import Setup
+from convmatrix.runners.run.store import MemoryStore, RunStore, Shard
 from convmatrix.service.ci import RunProblem, write_junit
 from convmatrix.service.ci_report import CiOutputs, Found, write_ci_outputs
 from convmatrix.service.confirm import Confirmation
@@ -71,7 +71,7 @@ class RunEnd:
 
     @property
     def exit_code(self) -> int:
-        """The run's (``runners.account.exit_status``: 0, 1, 3, 4, 130); with ``--fail-on
+        """The run's (``runners.run.account.exit_status``: 0, 1, 3, 4, 130); with ``--fail-on
         new-regressions`` 1 only for a new regression (or a run that stopped early)."""
         return exit_status(self.account, self.fail_on, len(self.new_regressions))
 

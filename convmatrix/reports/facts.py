@@ -6,7 +6,7 @@ PR #871 broke dS only when dy reached the kernel as a non-contiguous view, a fac
 from ``grad_layout`` and that no dimension carries as such. Each fact here is a label of a case,
 like a dimension's (``reports.dimensions``), computed from the ``Case`` alone: the strides the
 runners give its tensors (``core.layout.storage_layout``, the one definition they use;
-``runners.inputs`` builds the views from it), its first sequence against K-1, and its length
+``runners.case.inputs`` builds the views from it), its first sequence against K-1, and its length
 against the tile the kernel declared. Pure arithmetic, no tensors.
 """
 

@@ -245,7 +245,7 @@ def build_run_view(run: RunHeader, results: Sequence[CaseResult]) -> RunView:
 
 
 def summed_phases(results: Sequence[CaseResult]) -> dict[str, float]:
-    """Seconds per phase over every case (``runners.phases``): whether the run was bound by
+    """Seconds per phase over every case (``runners.case.phases``): whether the run was bound by
     the device or by the host judging it."""
     total: dict[str, float] = {}
     for r in results:

@@ -1,6 +1,6 @@
 """The run report's performance part: scopes side by side, the device's rates, the sweeps.
 
-Built from a run's timing rows (``convmatrix.runners.timing.cases``); plain data, written to
+Built from a run's timing rows (``convmatrix.runners.case.timing.cases``); plain data, written to
 JSON with the rest of the run view. Two kinds of sweep chart, one per group of timed cases that
 differ only in ``seqlen`` (docs/spec.md §5, the seed's "change one factor at a time"):
 

@@ -20,8 +20,8 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.recorded import Recorded
 from convmatrix.core.records import BAD_OUTCOMES, OUTCOMES, CaseResult
 from convmatrix.db.engine import redact_url
-from convmatrix.runners.account import JUDGED_BAD, judgement
 from convmatrix.runners.options import RunOptions
+from convmatrix.runners.run.account import JUDGED_BAD, judgement
 
 __all__ = [
     "RunHeader",
@@ -88,7 +88,7 @@ class RunHeader:
     @property
     def verdict(self) -> str:
         """PASSED, FAILED, NOTHING JUDGED (too few cases got a verdict:
-        ``runners.account.judgement`` at its default share) or INCOMPLETE (nothing failed, but
+        ``runners.run.account.judgement`` at its default share) or INCOMPLETE (nothing failed, but
         the run stopped or is running): CI must not read a run killed half-way, or one that
         skipped every case, as a pass. In the order of the exit statuses (1, 4, 1)."""
         if any(self.counts.get(o, 0) for o in JUDGED_BAD):

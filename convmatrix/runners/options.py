@@ -27,10 +27,10 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.recorded import Recorded, redact_password
 from convmatrix.core.records import RUN_KINDS
 from convmatrix.core.verdict import RULES
-from convmatrix.runners.account import DEFAULT_MIN_JUDGED
-from convmatrix.runners.shards import parse_shard
-from convmatrix.runners.store import Shard
-from convmatrix.runners.threads import decide, export
+from convmatrix.runners.run.account import DEFAULT_MIN_JUDGED
+from convmatrix.runners.run.shards import parse_shard
+from convmatrix.runners.run.store import Shard
+from convmatrix.runners.run.threads import decide, export
 
 __all__ = [
     "DEVICES",
@@ -298,7 +298,7 @@ class RunOptions:
         return argv
 
     def export_threads(self) -> None:
-        """The thread policy's wait into this process's environment (``runners.threads``):
+        """The thread policy's wait into this process's environment (``runners.run.threads``):
         called before torch loads, it reaches this process's OpenMP (``-n 0``) and every
         worker and case child started after."""
         export(decide(self.threads))

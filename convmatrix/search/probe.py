@@ -7,8 +7,8 @@ policy and memory budget, ``--policy``, the reference's device and cache), the c
 the kernel's contract as ``expand_matrix`` puts every case (outside it: an expected-error
 case), and ``run_guarded`` executes and judges it (tensors with NaN guards, the kernel, the
 float64 reference, the torch path, property checks, the verdict). With ``isolate`` each case
-runs in the child process the Ray executor uses (``runners.isolated``): a kernel that kills
-its process, or hangs past the per-case limit, gives a ``crashed`` / ``timeout`` outcome
+runs in the child process the Ray executor uses (``runners.executors.isolated``): a kernel that
+kills its process, or hangs past the per-case limit, gives a ``crashed`` / ``timeout`` outcome
 instead of ending the search.
 """
 
@@ -22,12 +22,12 @@ from typing import Any
 from convmatrix.core.case import Case
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 from convmatrix.matrix.build import spec_violation
-from convmatrix.runners.controller import Prepared, prepare
-from convmatrix.runners.execute import run_guarded
-from convmatrix.runners.isolated import ChildSpec, IsolatedRunner
+from convmatrix.runners.case.execute import run_guarded
+from convmatrix.runners.executors.isolated import ChildSpec, IsolatedRunner
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.store import MemoryStore
-from convmatrix.runners.workload import Workload
+from convmatrix.runners.run.controller import Prepared, prepare
+from convmatrix.runners.run.store import MemoryStore
+from convmatrix.runners.run.workload import Workload
 
 __all__ = ["Probe", "ProbeOutcome", "signature_of"]
 

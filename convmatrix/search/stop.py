@@ -6,7 +6,7 @@ while a case of a round hangs. Both arrive as a ``KeyboardInterrupt`` raised in 
 thread, the one exception every layer below lets through: pytest ends its session on it
 (xdist stops its workers) and the run is recorded ``interrupted``; a case running in this
 process (``-n 0``) is left, not recorded as crashed, because the signal was noted first
-(``runners.interrupts.note_signal``). ``Stopping`` remembers which of the two it was, so the
+(``runners.case.interrupts.note_signal``). ``Stopping`` remembers which of the two it was, so the
 search can tell "stop and write" (a signal) from "the budget is spent" (go on to the end as
 after any last round).
 
@@ -21,9 +21,9 @@ So a stop insists: until the search says it took it (``settle``), it is raised a
 ``INSIST_S`` seconds (``_thread.interrupt_main``: simulated, never a real signal, so nothing
 happens once the handler is gone).
 
-Trap: pytest's own SIGTERM handler (``runners.plugin``) is installed only where none is, and
-stays installed after the session; without these handlers a SIGTERM during a round ended
-that round only, and the search went on to its budget.
+Trap: pytest's own SIGTERM handler (``runners.executors.xdist.plugin``) is installed only where
+none is, and stays installed after the session; without these handlers a SIGTERM during a round
+ended that round only, and the search went on to its budget.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from convmatrix.runners.interrupts import note_signal
+from convmatrix.runners.case.interrupts import note_signal
 
 __all__ = ["BudgetSpent", "Stopping", "stoppable"]
 

@@ -5,7 +5,7 @@ checkout under test, the commit given explicitly) recorded as a side run labelle
 ``bisect:<sha>``, so every step can be looked at afterwards. A step's exit status is the run's
 verdict: 0 good, 1 bad. A step that judged nothing is skipped (125), never good nor bad: a
 build command that fails, a run that cannot start (2), a kernel that did not load or a case
-that got no verdict (4: ``runners.account``; a timeout or harness error included). An
+that got no verdict (4: ``runners.run.account``; a timeout or harness error included). An
 infrastructure failure (3) or an interrupt (130) aborts the bisection (git's 128).
 
 Only judged commits are named. Both endpoints are judged first (``--good`` must pass, ``--bad``

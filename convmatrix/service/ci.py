@@ -6,7 +6,7 @@ the verdict's lines; any character XML cannot hold (a kernel's ANSI colours) is 
 kernel's words never make the file unreadable.
 
 What a run could not judge is not a pass: a run that judged nothing (the kernel did not load,
-too few cases got a verdict: ``runners.account``) and a sharded run missing shards each add
+too few cases got a verdict: ``runners.run.account``) and a sharded run missing shards each add
 an ``error`` testcase of their own (``RunProblem``, classname ``convmatrix.run``), never a
 skipped one, and a line at the top of the summary. A shard's outputs hold its own cases only;
 the whole run's are ``convmatrix ci-report RUN``'s (``service.ci_report``).

@@ -29,8 +29,8 @@ from convmatrix.db.database import Database
 from convmatrix.db.queries import RunInfo, load_results, missing_shards, resolve_run
 from convmatrix.db.regression_queries import count_fixed_by
 from convmatrix.reports.viewmodel import run_header
-from convmatrix.runners.account import DEFAULT_MIN_JUDGED, RunAccount, exit_status, skip_reasons
-from convmatrix.runners.store import Shard
+from convmatrix.runners.run.account import DEFAULT_MIN_JUDGED, RunAccount, exit_status, skip_reasons
+from convmatrix.runners.run.store import Shard
 from convmatrix.service.ci import JobSummary, RunProblem, job_summary_markdown, write_junit
 from convmatrix.service.regressions import Regression, list_regressions
 from convmatrix.service.scan import ScanResult, baseline_run

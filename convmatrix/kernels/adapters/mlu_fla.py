@@ -31,9 +31,9 @@ from convmatrix.kernels.adapters.mlu_ops import (
     token_major,
 )
 from convmatrix.kernels.interface.protocol import Capabilities, ContractError, KernelBase
-from convmatrix.kernels.oracle.semantics import check_forward_args, update_via_forward
+from convmatrix.kernels.interface.semantics import check_forward_args, update_via_forward
 
-__all__ = ["MluFlaKernel", "standin"]
+__all__ = ["MluFlaKernel"]
 
 
 def _wide_state(states: torch.Tensor, width: int) -> torch.Tensor:
@@ -129,10 +129,3 @@ class MluFlaKernel(KernelBase):
             return update_via_forward(
                 forward, x, conv_state, weight, bias, activation, cache_seqlens, state_indices
             )
-
-
-def standin() -> MluFlaKernel:
-    """The adapter over the in-project stand-in of the API (runs on CPU)."""
-    from convmatrix.kernels.doubles.mlu_standin import STANDIN_OPS
-
-    return MluFlaKernel(STANDIN_OPS)

@@ -17,9 +17,9 @@ import torch
 from convmatrix.kernels.adapters.mlu_ops import MluOps, load_mlu_ops, mlu_unavailable
 from convmatrix.kernels.adapters.vllm_style import vllm_style_forward
 from convmatrix.kernels.interface.protocol import FEATURES, Capabilities, ContractError, KernelBase
-from convmatrix.kernels.oracle.semantics import update_via_forward
+from convmatrix.kernels.interface.semantics import update_via_forward
 
-__all__ = ["MluVllmKernel", "standin"]
+__all__ = ["MluVllmKernel"]
 
 
 class MluVllmKernel(KernelBase):
@@ -79,10 +79,3 @@ class MluVllmKernel(KernelBase):
             return update_via_forward(
                 forward, x, conv_state, weight, bias, activation, cache_seqlens, state_indices
             )
-
-
-def standin() -> MluVllmKernel:
-    """The adapter over the in-project stand-in of the API (runs on CPU)."""
-    from convmatrix.kernels.doubles.mlu_standin import STANDIN_OPS
-
-    return MluVllmKernel(STANDIN_OPS)

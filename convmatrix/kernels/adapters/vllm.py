@@ -65,9 +65,9 @@ from convmatrix.kernels.interface.protocol import (
     Geometry,
     KernelBase,
 )
-from convmatrix.kernels.oracle.semantics import check_update_args
+from convmatrix.kernels.interface.semantics import check_update_args
 
-__all__ = ["NULL_BLOCK_ID", "VllmKernel", "VllmOps", "load_vllm_ops", "pad_minus_one", "standin"]
+__all__ = ["NULL_BLOCK_ID", "VllmKernel", "VllmOps", "load_vllm_ops", "pad_minus_one"]
 
 MODULE = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 NULL_BLOCK_ID = 0  # vLLM V1's id of the state row no request owns
@@ -271,11 +271,3 @@ class VllmKernel(KernelBase):
 def pad_minus_one() -> VllmKernel:
     """vLLM with ``pad_slot_id = -1`` (its ``PAD_SLOT_ID``, as its kernel tests call it)."""
     return VllmKernel(pad_slot_id=-1)
-
-
-def standin() -> VllmKernel:
-    """The adapter over the in-project stand-in of vLLM's API (runs on CPU)."""
-    from convmatrix.kernels.doubles import vllm_standin
-
-    ops = VllmOps(vllm_standin.causal_conv1d_fn, vllm_standin.causal_conv1d_update, "standin")
-    return VllmKernel(ops)

@@ -33,7 +33,7 @@ from convmatrix.kernels.adapters.mlu_ops import (
     token_major,
 )
 from convmatrix.kernels.interface.protocol import ContractError
-from convmatrix.kernels.oracle.semantics import check_forward_args
+from convmatrix.kernels.interface.semantics import check_forward_args
 
 __all__ = ["vllm_style_forward"]
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from convmatrix.kernels.interface.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.interface.protocol import Capabilities, KernelBase
-from convmatrix.kernels.oracle.semantics import check_forward_args, is_silu, update_via_forward
+from convmatrix.kernels.interface.semantics import check_forward_args, is_silu, update_via_forward
 
 __all__ = ["TorchKernel", "torch_forward"]
 

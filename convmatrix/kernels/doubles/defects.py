@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from convmatrix.kernels.interface.protocol import Capabilities, KernelBase
-from convmatrix.kernels.oracle.semantics import (
+from convmatrix.kernels.interface.semantics import (
     check_forward_args,
     is_silu,
     packed_tap_masks,

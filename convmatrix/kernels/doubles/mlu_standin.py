@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from convmatrix.kernels.adapters.mlu_ops import MluOps
+from convmatrix.kernels.interface.semantics import is_silu
 from convmatrix.kernels.oracle.reference import conv_forward, reference_forward
-from convmatrix.kernels.oracle.semantics import is_silu
 
 __all__ = ["STANDIN_OPS", "causal_conv1d", "causal_conv1d_fn", "causal_conv1d_update"]
 

@@ -34,7 +34,7 @@ import torch
 
 from convmatrix.kernels.doubles.defects import Fp32Kernel
 from convmatrix.kernels.interface.protocol import Capabilities
-from convmatrix.kernels.oracle.semantics import packed_tap_masks
+from convmatrix.kernels.interface.semantics import packed_tap_masks
 
 __all__ = [
     "VARIANTS",

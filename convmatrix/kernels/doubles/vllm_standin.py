@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from convmatrix.kernels.doubles.mlu_standin import causal_conv1d_fn
+from convmatrix.kernels.interface.semantics import is_silu
 from convmatrix.kernels.oracle.reference import conv_forward
-from convmatrix.kernels.oracle.semantics import is_silu
 
 __all__ = ["PAD_SLOT_ID", "causal_conv1d_fn", "causal_conv1d_update"]
 

@@ -12,8 +12,8 @@ Only the adapter knows where its core begins, hence a hook::
 It does every conversion *now* (outside any timed region) and returns a zero-argument closure
 that runs just the core on the converted inputs; ``None`` means "no separable core for these
 arguments" and the timing falls back to the op call on contiguous inputs, recorded under its
-own scope name so the two are never compared (``convmatrix.runners.timing.scopes``). ``KernelBase``
-returns ``None``; ``torch``, ``reference`` and ``tiled`` implement it.
+own scope name so the two are never compared (``convmatrix.runners.case.timing.scopes``).
+``KernelBase`` returns ``None``; ``torch``, ``reference`` and ``tiled`` implement it.
 
 ``op`` is ``fwd``, ``fwd_bwd`` (forward then backward), ``bwd`` (the backward alone: whatever
 the forward leaves behind is computed before the closure is returned) or ``update`` (the
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from convmatrix.kernels.oracle.semantics import is_silu
+from convmatrix.kernels.interface.semantics import is_silu
 
 __all__ = ["CORE_OPS", "CoreArgs", "CoreCall", "core_call_of", "update_history"]
 
@@ -79,7 +79,7 @@ def core_call_of(kernel: Any) -> Callable[[CoreArgs], CoreCall | None] | None:
 def update_history(args: CoreArgs) -> tuple[torch.Tensor, torch.Tensor]:
     """(live new tokens (B_live, C, T), their K-1 newest cached tokens (B_live, C, K-1) in x's
     dtype): the gather every update does before its arithmetic, done here untimed."""
-    from convmatrix.kernels.oracle.semantics import decode_prefix, pool_rows
+    from convmatrix.kernels.interface.semantics import decode_prefix, pool_rows
 
     assert args.conv_state is not None, "update core calls need conv_state"
     batch = args.x.shape[0]

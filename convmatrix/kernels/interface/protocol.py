@@ -96,7 +96,7 @@ class KernelBase:
     name: str = "kernel"
     capabilities: Capabilities = Capabilities()
     # The module whose code is under test, for the run's recorded version and commit
-    # (``runners.provenance``): an adapter names the library it calls; None: the class's module.
+    # (``runners.run.provenance``): an adapter names the library it calls; None: the class's module.
     source_module: str | None = None
 
     def availability(self) -> str | None:

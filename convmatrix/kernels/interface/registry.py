@@ -1,5 +1,6 @@
-"""Finding kernels: registered names (entry-point group ``convmatrix.kernels``) or
-``package.module:attribute`` specs, resolved to kernel objects.
+"""Finding kernels: registered names (entry-point group ``convmatrix.kernels``), ``FAMILY:NAME``
+specs of a family (entry-point group ``FAMILY_GROUP``: ``seeded:taps_reversed``)
+or ``package.module:attribute`` specs, resolved to kernel objects.
 
 An entry point or attribute may be a kernel object, a kernel class, or a zero-argument factory.
 Loading never imports a device runtime at registry time: adapters import lazily and answer
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
+from convmatrix.core.moved import MOVED
 from convmatrix.kernels.interface.protocol import Kernel
 
 __all__ = ["KernelInfo", "KernelLoadError", "KernelSpecError", "list_kernels", "load"]
@@ -97,42 +99,20 @@ def _instantiate(obj: Any, spec: str) -> Kernel:
     return obj
 
 
-# Where the kernel modules lived before ``kernels/`` was sorted by role: specs people typed
-# (``convmatrix.kernels.slowed:make(...)``), runs stored for ``--resume`` and entry points of an
-# older install still name them.
-MOVED_MODULES = {
-    f"convmatrix.kernels.{old}": f"convmatrix.kernels.{new}"
-    for old, new in {
-        "reference": "oracle.reference",
-        "scalar": "oracle.scalar",
-        "semantics": "oracle.semantics",
-        "selfcheck": "oracle.selfcheck",
-        "protocol": "interface.protocol",
-        "registry": "interface.registry",
-        "corecall": "interface.corecall",
-        "framework": "builtin.framework",
-        "tiled": "builtin.tiled",
-        "planner": "builtin.planner",
-        "dao": "adapters.dao",
-        "fla_triton": "adapters.fla",
-        "vllm": "adapters.vllm",
-        "vllm_style": "adapters.vllm_style",
-        "mlu_vllm": "adapters.mlu_vllm",
-        "mlu_fla": "adapters.mlu_fla",
-        "mlu_ops": "adapters.mlu_ops",
-        "triton_interpreter": "adapters.triton_interpreter",
-        "seeded": "doubles.seeded",
-        "defects": "doubles.defects",
-        "slowed": "doubles.slowed",
-        "mlu_standin": "doubles.mlu_standin",
-        "vllm_standin": "doubles.vllm_standin",
-    }.items()
+# ``package.module:attribute`` specs whose attribute moved to another module (module moves
+# alone are ``convmatrix.core.moved.MOVED``): specs people typed, runs stored for ``--resume``.
+# The adapters over the in-project stand-ins went to the doubles, beside the stand-ins.
+MOVED_SPECS = {
+    f"convmatrix.kernels.{old}:standin": f"convmatrix.kernels.doubles.standins:{new}"
+    for module, new in (("mlu_vllm", "mlu_vllm"), ("mlu_fla", "mlu_fla"), ("vllm", "vllm"))
+    for old in (module, f"adapters.{module}")
 }
 
 
 def _import_attr(target: str, spec: str) -> Any:
-    module_name, _, attr = target.partition(":")
-    module_name = MOVED_MODULES.get(module_name, module_name)
+    module_name, _, attr = MOVED_SPECS.get(target, target).partition(":")
+    # where the module lives now, without the warning an import of the old path gives
+    module_name = MOVED.get(module_name, module_name)
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # the module's own code raised, whatever it raised
@@ -150,17 +130,34 @@ def _import_attr(target: str, spec: str) -> Any:
     return obj
 
 
-SEEDED_PREFIX = "seeded:"
+FAMILY_GROUP = "convmatrix.kernel_families"
+
+# Families of kernels named ``PREFIX:NAME``: prefix -> the module that makes them, with
+# ``load(spec) -> Kernel`` and ``listed() -> [(spec, target)]``. Named, not imported, so the
+# interface imports no kernel; built in (like ``_BUILTIN``) so a source checkout works uninstalled.
+_FAMILIES = {"seeded": "convmatrix.kernels.doubles.seeded"}
+
+
+def _families() -> dict[str, str]:
+    found = dict(_FAMILIES)
+    for ep in entry_points(group=FAMILY_GROUP):
+        found[ep.name] = ep.value
+    return found
+
+
+def _family(prefix: str) -> Any:
+    """The module of the family ``prefix``, imported now (its first ``load``)."""
+    return importlib.import_module(_families()[prefix])
 
 
 def load(spec: str) -> Kernel:
-    """A kernel from a registered name, ``seeded:NAME`` (a seeded-bug kernel of
-    ``convmatrix.kernels.doubles.seeded``) or ``package.module:attr`` (object, class or factory)."""
-    if spec.startswith(SEEDED_PREFIX):
-        from convmatrix.kernels.doubles import seeded
-
+    """A kernel from a registered name, ``FAMILY:NAME`` (``seeded:NAME``: a seeded-bug kernel of
+    ``convmatrix.kernels.doubles.seeded``) or ``package.module:attr`` (object, class or
+    factory)."""
+    prefix, colon, _ = spec.partition(":")
+    if colon and prefix in _families():
         try:
-            return seeded.load(spec)
+            return _family(prefix).load(spec)
         except Exception as exc:
             raise KernelSpecError(str(exc)) from None
     registered = _registered()
@@ -187,12 +184,7 @@ def list_kernels(seeded: bool = False) -> list[KernelInfo]:
     infos = []
     targets = sorted(_registered().items())
     if seeded:
-        from convmatrix.kernels.doubles.seeded import CATALOGUES
-
-        targets += [
-            (SEEDED_PREFIX + name, f"{cls.__module__}:{cls.__name__}")
-            for name, cls in CATALOGUES["all"].items()
-        ]
+        targets += _family("seeded").listed()
     for name, target in targets:
         try:
             reason = load(name).availability()

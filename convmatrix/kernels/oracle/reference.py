@@ -26,7 +26,7 @@ import torch
 from convmatrix.core.bounds import Magnitudes
 from convmatrix.kernels.interface.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.interface.protocol import Capabilities, KernelBase
-from convmatrix.kernels.oracle.semantics import (
+from convmatrix.kernels.interface.semantics import (
     check_forward_args,
     is_silu,
     packed_tap_masks,

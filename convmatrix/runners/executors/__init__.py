@@ -2,13 +2,16 @@
 
 Every executor takes a prepared run (``controller.Setup``: the checked options, what they
 resolved to, and the ``RunStore`` results go to) and returns the run's ``RunAccount``;
-all of them execute a case through ``convmatrix.runners.execute.run_case`` and record through
+all of them execute a case through ``convmatrix.runners.case.execute.run_case`` and record through
 one ``Controller``, so the same matrix records the same results whichever executor ran it.
 ("Engine" is the SQLAlchemy engine's word in this package; docs/architecture.md, Glossary.)
 
-- ``xdist``: pytest-xdist on one host, one worker process per device (``xdist.py``).
-- ``ray``: device actors on the nodes of a Ray cluster, the driver recording (``ray.py``;
-  ray is imported only when this executor is chosen: ``pip install 'convmatrix[ray]'``).
+- ``xdist``: pytest-xdist on one host, one worker process per device (the ``xdist`` package:
+  the executor, the pytest plugin ``plugin``, the controller's part ``session``, the plugin's
+  ``hooks`` and the per-case ``watchdog``; ``-n 0`` runs the same session in this process).
+- ``ray``: device actors on the nodes of a Ray cluster, the driver recording (``ray.py``,
+  cases in a child process of each actor: ``isolated.py``; ray is imported only when this
+  executor is chosen: ``pip install 'convmatrix[ray]'``).
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from convmatrix.runners.account import RunAccount
-from convmatrix.runners.controller import Setup
+from convmatrix.runners.run.account import RunAccount
+from convmatrix.runners.run.controller import Setup
 
 __all__ = ["EXECUTORS", "Executor", "make_executor"]
 

@@ -7,10 +7,10 @@
   ``cpu_slot`` on CPU-only nodes (``ray start ... --resources '{"cuda": 8}'``). The driver
   starts one long-lived actor per unit, each requesting one unit; actors of a node are
   numbered there and bind to their physical device with the visibility variables, as xdist
-  workers do (``runners.placement``).
+  workers do (``runners.run.placement``).
 - **One implementation of a case.** An actor runs its cases in a child process
-  (``runners.isolated``) through ``execute.run_guarded``, the function the xdist items call;
-  results come back as the same ``CaseResult`` JSON and the driver, the only database writer,
+  (``runners.executors.isolated``) through ``execute.run_guarded``, the function the xdist items
+  call; results come back as the same ``CaseResult`` JSON and the driver, the only database writer,
   records them through the same ``Controller``. Each result carries its host and device index.
 - **Kernel failures vs infrastructure failures.** Ray's own retries are off (actors are
   created with ``max_restarts=0``, calls with ``max_task_retries=0``): Ray would re-run a case
@@ -44,12 +44,12 @@ from typing import Any
 from convmatrix.core.case import Case
 from convmatrix.core.errors import InfrastructureError, UsageError
 from convmatrix.core.records import CaseResult
-from convmatrix.runners.account import RunAccount
-from convmatrix.runners.controller import Controller, Setup
-from convmatrix.runners.isolated import ChildSpec, IsolatedRunner
+from convmatrix.runners.executors.isolated import ChildSpec, IsolatedRunner
 from convmatrix.runners.options import RunOptions
-from convmatrix.runners.placement import place_device
-from convmatrix.runners.threads import ThreadPolicy
+from convmatrix.runners.run.account import RunAccount
+from convmatrix.runners.run.controller import Controller, Setup
+from convmatrix.runners.run.placement import place_device
+from convmatrix.runners.run.threads import ThreadPolicy
 
 __all__ = ["MAX_RETRIES", "RESOURCES", "DeviceWorker", "RayExecutor", "import_ray"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from convmatrix.kernels import Capabilities, ContractError, Geometry, KernelBase
-from convmatrix.kernels.oracle.semantics import check_forward_args, update_via_forward
+from convmatrix.kernels.interface.semantics import check_forward_args, update_via_forward
 from my_mlu_conv.ops import register_mlu
 
 __all__ = ["MyMluKernel"]

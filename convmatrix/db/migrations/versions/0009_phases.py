@@ -4,7 +4,7 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-04
 
-The phases of ``runners.phases`` (inputs, kernel, framework, reference, metrics, properties,
+The phases of ``runners.case.phases`` (inputs, kernel, framework, reference, metrics, properties,
 timing, harness), recorded with every case so a run report can say whether the run was
 device-bound. Rows written before have none (NULL).
 """

@@ -5,7 +5,7 @@ Revises: 0013
 Create Date: 2026-12-08
 
 A property check works from the case's own call and counts the kernel calls it adds
-(``runners.properties``: causality and packed isolation one forward, chunk consistency two
+(``runners.case.properties``: causality and packed isolation one forward, chunk consistency two
 forwards and, for ``fwd_bwd``, two backwards), so a check that grows costlier shows in the
 stored runs. NULL in rows written before.
 """

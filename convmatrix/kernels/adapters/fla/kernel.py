@@ -26,7 +26,7 @@ from convmatrix.kernels.interface.protocol import (
     Geometry,
     KernelBase,
 )
-from convmatrix.kernels.oracle.semantics import check_forward_args, check_update_args
+from convmatrix.kernels.interface.semantics import check_forward_args, check_update_args
 
 __all__ = ["FlaKernel"]
 

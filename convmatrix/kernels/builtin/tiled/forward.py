@@ -24,7 +24,7 @@ import torch
 
 from convmatrix.core.contract import Geometry
 from convmatrix.kernels.builtin.tiled.tiles import Placed, TilePlan, plan_tiles, token_window
-from convmatrix.kernels.oracle.semantics import packed_tap_masks
+from convmatrix.kernels.interface.semantics import packed_tap_masks
 
 __all__ = ["Operands", "accumulate_taps", "forward_tiles", "prepare", "tiled_forward"]
 

@@ -24,7 +24,7 @@ from convmatrix.kernels.builtin.tiled.geometry import (
 )
 from convmatrix.kernels.interface.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.interface.protocol import Capabilities, Geometry, KernelBase
-from convmatrix.kernels.oracle.semantics import (
+from convmatrix.kernels.interface.semantics import (
     check_forward_args,
     decode_prefix,
     is_silu,

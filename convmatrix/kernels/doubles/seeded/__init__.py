@@ -39,6 +39,7 @@ __all__ = [
     "SeededKernel",
     "Threshold",
     "base_case",
+    "listed",
     "load",
     "names",
 ]
@@ -87,3 +88,11 @@ def load(name: str) -> SeededKernel:
     if name not in every:
         raise UsageError(f"unknown seeded bug {name!r}{did_you_mean(name, every)}")
     return every[name]()
+
+
+def listed() -> list[tuple[str, str]]:
+    """(``seeded:NAME``, ``module:class``) of every seeded kernel: the family's entries in
+    ``convmatrix kernels --seeded`` (the registry finds this family by its prefix,
+    ``convmatrix.kernels.interface.registry``)."""
+    every = CATALOGUES["all"]
+    return [(PREFIX + name, f"{cls.__module__}:{cls.__name__}") for name, cls in every.items()]

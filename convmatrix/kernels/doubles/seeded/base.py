@@ -25,7 +25,7 @@ import torch
 from convmatrix.kernels.builtin.tiled.backward import Gradients, tiled_backward
 from convmatrix.kernels.builtin.tiled.forward import tiled_forward
 from convmatrix.kernels.builtin.tiled.kernel import TiledKernel
-from convmatrix.kernels.oracle.semantics import check_forward_args, is_silu
+from convmatrix.kernels.interface.semantics import check_forward_args, is_silu
 
 __all__ = ["DIMENSIONS", "Bug", "Call", "SeededKernel", "Threshold"]
 

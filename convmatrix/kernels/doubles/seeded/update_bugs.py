@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from convmatrix.kernels.doubles.seeded.base import Bug, SeededKernel
-from convmatrix.kernels.oracle.semantics import decode_prefix, write_decode_state
+from convmatrix.kernels.interface.semantics import decode_prefix, write_decode_state
 
 __all__ = ["UPDATE_BUGS"]
 

@@ -1,0 +1,202 @@
+"""Property checks besides the numeric comparison (docs/spec.md §3), kernel against itself.
+
+- guards: the storage around every view is still NaN, inputs hold their values, and an update
+  touched no pool row that no slot names;
+- causality: changing only future inputs ``x[t+1:]`` leaves ``y[:t+1]`` unchanged;
+- packed isolation: changing every other packed sample leaves the samples between unchanged;
+- chunk consistency: two chunks with the state carried across (and its gradient flowing back)
+  equal one whole call, forward and backward.
+
+Every check works from the case's own main call (``MainCall``: its inputs and outputs): the
+whole call of each comparison *is* the main call, so causality and packed isolation call only
+the forward on the changed inputs, and chunk consistency only the two chunks. Where a check
+keeps a tolerance, its bound is the main verdict's, read as the reference streams past block
+by block (``runners.case.agreement``): no check computes a float64 reference of its own.
+
+Causality and packed isolation are exact: a deterministic forward's unaffected outputs do not
+depend on the changed inputs at all, so they must not change by a single bit, however small
+a leak; the largest difference is reported. A kernel that declares its forward
+nondeterministic (``Capabilities.deterministic = False``) is held to the bound model instead.
+Chunk consistency changes reduction orders, so it keeps a tolerance, derived from the same
+bounds (docs/spec.md §4): each side may be ``safety`` bounds from the reference, so the two
+may differ by twice that, element by element.
+
+Each check counts the kernel calls it makes (``PropertyResult.forward_calls`` and
+``backward_calls``: a chunked backward calls the kernel's backward once per chunk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from convmatrix.core.case import Case
+from convmatrix.core.records import PropertyResult
+from convmatrix.core.sanitise import safe_str
+from convmatrix.core.tolerances import Policy
+from convmatrix.runners.case.agreement import Agreement, Calls, MainCall, Pending, identical
+from convmatrix.runners.case.applicability import not_applicable, refused_call
+from convmatrix.runners.case.chunks import chunk_consistency
+from convmatrix.runners.case.guards import changed_copy, check_guards, damage, restore, runs
+from convmatrix.runners.case.inputs import ForwardInputs, recording_placed
+from convmatrix.runners.case.invoke import KernelFault, call_forward
+
+__all__ = [
+    "PROPERTIES",
+    "MainCall",
+    "PropertyRun",
+    "check_guards",
+    "restore",
+    "run_properties",
+    "run_property",
+]
+
+
+def _perturbed_forward(
+    kernel: Any, case: Case, main: MainCall, changed: list[slice]
+) -> torch.Tensor:
+    """y of the main call's forward (same arguments) on x with the time steps ``changed``
+    replaced, in a copy of x's storage (same layout, gaps and guard bands)."""
+    fi = main.inputs
+    new = changed_copy(fi.x, "x'", changed)
+    main.made.append(new)
+    with torch.no_grad():
+        main.calls.forward += 1
+        return call_forward(
+            kernel,
+            case,
+            new.view,
+            fi.weight.view,
+            None if fi.bias is None else fi.bias.view,
+            None if fi.initial_state is None else fi.initial_state.view,
+            fi.seq_idx,
+            bool(case.final_state),
+        )[0]
+
+
+def _unaffected(
+    name: str,
+    kernel: Any,
+    policy: Policy,
+    main: MainCall,
+    after: torch.Tensor,
+    select: Callable[[torch.Tensor], torch.Tensor],
+    ok: str,
+) -> Pending:
+    """y where a change must not reach: identical to the main y for a deterministic kernel
+    (judged now), else within the main y's bounds (judged as the reference streams)."""
+    before = main.outputs["y"]
+    if kernel.capabilities.deterministic:
+        problem = identical(name, select(after), select(before))
+        return Pending(main.calls, ok, problems=[problem] if problem else [])
+    agreement = Agreement(name, "y", after, before, 2 * policy.safety, select=select)
+    return Pending(main.calls, ok, [agreement])
+
+
+def causality(
+    kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
+) -> Pending:
+    length = main.inputs.x.values.shape[2]
+    cut = length // 2  # keep y[:cut+1], change x[cut+1:]
+    after = _perturbed_forward(kernel, case, main, [slice(cut + 1, None)])
+    return _unaffected(
+        f"changing x[{cut + 1}:]", kernel, policy, main, after,
+        lambda t: t[..., : cut + 1], f"y[:{cut + 1}] unchanged",
+    )  # fmt: skip
+
+
+def packed_isolation(
+    kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
+) -> Pending:
+    """Change the even-numbered samples (and the state, which belongs to sample 0); the
+    odd-numbered samples' outputs must not move."""
+    assert main.inputs.seq_idx is not None
+    ids = main.inputs.seq_idx[0].cpu()
+    changed = (ids >= 0) & (ids % 2 == 0)
+    kept = (ids >= 0) & (ids % 2 == 1)
+    if not bool(kept.any()):
+        return Pending(main.calls, "only one sample: nothing to isolate")
+    after = _perturbed_forward(kernel, case, main, runs(changed))
+    kept = kept.to(after.device)
+    return _unaffected(
+        "changing even samples", kernel, policy, main, after,
+        lambda t: t[..., kept.to(t.device)], "odd samples unchanged",
+    )  # fmt: skip
+
+
+Check = Callable[[Any, Case, Policy, torch.device, MainCall], Pending]
+
+PROPERTIES: dict[str, Check] = {
+    "causality": causality,
+    "packed_isolation": packed_isolation,
+    "chunk_consistency": chunk_consistency,
+}
+
+
+def run_property(
+    name: str, kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
+) -> Pending:
+    """One check's calls, only if the kernel's contract accepts every call it makes (else not
+    applicable, with the reason); a kernel that raises fails this check alone, by name."""
+    refused = refused_call(kernel, name, case)
+    if refused:
+        return Pending(Calls(), result=not_applicable(name, refused))
+    calls = Calls()
+    own = MainCall(main.inputs, main.outputs, calls)
+    with recording_placed() as placed:
+        try:
+            pending = PROPERTIES[name](kernel, case, policy, device, own)
+        except KernelFault as exc:
+            pending = Pending(calls, result=PropertyResult(name, False, safe_str(exc)))
+    # The check's calls are held to the guards too, on what it placed and on the main call's
+    # inputs it reuses: a write outside a view (or into an input) made only on these calls
+    # went unseen when only the main call was guarded. Damage is repaired for the next check.
+    broken = damage([*placed, *own.made, *main.inputs.guarded()])
+    if broken:
+        pending.guard_damage = f"guards broken by this check's calls: {'; '.join(broken)}"
+        restore(main.inputs.guarded())
+    return pending
+
+
+@dataclass
+class PropertyRun:
+    """The checks of one case, their kernel calls made: what is left waits for the main
+    reference (``judge``, block by block) and ends in one result per check (``results``)."""
+
+    names: list[str]
+    pending: list[Pending] = field(default_factory=list)
+
+    def agreements(self) -> list[Agreement]:
+        return [a for p in self.pending for a in p.agreements]
+
+    def judge(self, output: str, block: slice | None, dim: int, bound: Any, mag: Any) -> None:
+        """Show every bounded comparison of ``output`` one block of the main bound (and
+        magnitudes, where the stored reference keeps them)."""
+        for a in self.agreements():
+            if a.output == output:
+                a.add(block, dim, bound, mag)
+
+    def results(self) -> list[PropertyResult]:
+        return [p.finish(name) for name, p in zip(self.names, self.pending, strict=True)]
+
+
+def run_properties(
+    kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
+) -> PropertyRun:
+    """The property checks ``case.checks`` asks for that apply to its op, on the main call's
+    inputs and outputs: their kernel calls now, their bounded comparisons while the main
+    reference streams (``PropertyRun.judge``), their results at the end.
+
+    Updates are already compared token by token against the whole-history forward, which is
+    their chunk consistency; forward-only properties do not apply to them.
+    """
+    if case.op == "update" or not isinstance(main.inputs, ForwardInputs):
+        return PropertyRun([])
+    names = [c for c in case.checks if c != "packed_isolation" or case.seq_lens is not None]
+    run = PropertyRun(names)
+    for name in names:
+        run.pending.append(run_property(name, kernel, case, policy, device, main))
+    return run
