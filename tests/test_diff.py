@@ -1,5 +1,5 @@
 """``convmatrix diff``: a correct kernel against one with a seeded bug, a run against itself,
-the error-regression rule (factor and noise floor) and the CLI's exit codes, on real databases."""
+the error-regression rule (factor and noise level) and the CLI's exit codes, on real databases."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from convmatrix.compare.errors import (
     DEFAULT_FACTOR,
     DEFAULT_FLOOR,
     ErrorRule,
-    default_floor,
     growth,
+    noise_level,
 )
 from convmatrix.compare.runs import DiffOptions
 from convmatrix.core.records import CaseResult
@@ -222,7 +222,7 @@ def test_a_failing_bf16_case_under_the_old_floor_is_an_error_regression():
     )  # fmt: skip
     base = _with_y(bf16, 0.004, 0.001, bound_usage=0.8)
     head = _with_y(bf16, 0.0147, 0.004, bound_usage=151.0, passed=False)
-    assert default_floor("bfloat16", "y") == pytest.approx(0.0156, rel=0.01)
+    assert noise_level("bfloat16", "y") == pytest.approx(0.0156, rel=0.01)
 
     def without_usage(r: CaseResult) -> CaseResult:
         return dataclasses.replace(
@@ -246,7 +246,7 @@ def test_elements_expected_zero_coming_out_non_zero_are_a_regression(fp32_case):
 def test_without_usage_on_either_side_the_e_rel_rule_judges(fp32_case):
     """Runs written before the bound model (or outputs without a bound): the e_rel/e_norm rule
     of before, factor 2 above 4 unit roundoffs."""
-    floor = default_floor("float32", "y")
+    floor = noise_level("float32", "y")
     assert floor == 4 * 2.0**-24  # 4 unit roundoffs of fp32, about 2.4e-7
     base = _with_y(fp32_case, e_rel=1e-7, e_norm=2e-8)
     assert base.outputs[0].bound_usage is None

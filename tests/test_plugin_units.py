@@ -17,7 +17,7 @@ from convmatrix.runners.executors.xdist.watchdog import EXIT_STATUS
 from convmatrix.runners.run.account import RunAccount, worst_failures
 from convmatrix.runners.run.controller import Controller
 from convmatrix.runners.run.store import MemoryStore
-from convmatrix.runners.run.threads import ThreadPolicy
+from convmatrix.runners.run.threads import ThreadSetting
 from convmatrix.runners.run.workload import select_cases
 
 
@@ -33,7 +33,7 @@ def test_cuda_workers_own_device_n_mod_count_and_see_it_as_zero():
 
 
 def test_cpu_workers_share_the_cores_under_the_torch_policy():
-    old = ThreadPolicy("torch", "--threads", None)  # the default policy: tests/test_threads.py
+    old = ThreadSetting("torch", "--threads", None)  # the default policy: tests/test_threads.py
     assert place_worker("gw0", 2, "cpu", 1, 2, {}, old).threads == 1
     assert place_worker("gw5", 3, "cpu", 1, 16, {}, old).threads == 5
     assert place_worker("gw0", 4, "cpu", 1, 2, {}, old).threads == 1

@@ -16,7 +16,7 @@ from convmatrix.core.records import CaseResult, PropertyResult
 from convmatrix.core.verdict import describe
 from convmatrix.kernels.builtin.framework import TorchKernel
 from convmatrix.kernels.oracle import reference
-from convmatrix.runners.case.agreement import Agreement, Calls, Pending
+from convmatrix.runners.case.agreement import Agreement, Calls, PendingAgreement
 from convmatrix.runners.case.execute import Context, build_inputs, run_case
 from convmatrix.runners.case.reference import channel_blocks
 
@@ -144,7 +144,7 @@ def test_a_nondeterministic_kernel_that_leaks_over_the_bound_fails_causality():
 
 def test_a_comparison_the_reference_never_reached_is_a_harness_error_not_a_pass():
     y = torch.zeros(1, 2, 3)
-    pending = Pending(Calls(), "ok", [Agreement("chunks", "dS", y, y, 2.0)])
+    pending = PendingAgreement(Calls(), "ok", [Agreement("chunks", "dS", y, y, 2.0)])
     with pytest.raises(RuntimeError, match="dS never judged"):
         pending.finish("chunk_consistency")
 

@@ -29,7 +29,7 @@ from convmatrix.kernels.doubles.seeded import CATALOGUE, DIMENSIONS, base_case
 from convmatrix.kernels.interface.registry import KernelSpecError, load
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.matrix.errors import MatrixError
-from convmatrix.reports.adequacy import CaseRow, minimize
+from convmatrix.reports.adequacy import AdequacyRow, minimize
 from convmatrix.runners.case.execute import Context, run_case
 
 BASE = Context(kernel=TiledKernel())
@@ -151,11 +151,11 @@ def test_cases_key_keeps_listed_cases(tmp_path):
 
 def test_minimize_is_a_cover_without_redundant_cases():
     rows = [
-        CaseRow("a", "a", "s", ["b1", "b2"], [], 1.0),
-        CaseRow("b", "b", "s", ["b2", "b3"], [], 1.0),
-        CaseRow("c", "c", "s", ["b1", "b2", "b3"], [], 5.0),
-        CaseRow("d", "d", "s", ["b4"], ["b4"], 0.1),
-        CaseRow("e", "e", "s", [], [], 0.1),
+        AdequacyRow("a", "a", "s", ["b1", "b2"], [], 1.0),
+        AdequacyRow("b", "b", "s", ["b2", "b3"], [], 1.0),
+        AdequacyRow("c", "c", "s", ["b1", "b2", "b3"], [], 5.0),
+        AdequacyRow("d", "d", "s", ["b4"], ["b4"], 0.1),
+        AdequacyRow("e", "e", "s", [], [], 0.1),
     ]
     picked = minimize(rows)
     assert picked == ["c", "d"]  # greedy takes c (3 new bugs), then d; nothing is redundant

@@ -14,7 +14,7 @@ from convmatrix.core.errors import UsageError
 from convmatrix.core.recorded import Recorded
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.run.placement import place_worker
-from convmatrix.runners.run.threads import ThreadPolicy, decide, export
+from convmatrix.runners.run.threads import ThreadSetting, decide, export
 
 OMP = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "CONVMATRIX_THREADS")
 
@@ -59,9 +59,9 @@ def test_threads_option_beats_the_variable_and_a_bad_one_is_refused_naming_it():
 def test_workers_get_the_policy_and_its_wait_accelerators_keep_their_own():
     auto = place_worker("gw5", 3, "cpu", 1, cores=16, environ={})
     assert (auto.threads, auto.env) == (1, {"OMP_WAIT_POLICY": "PASSIVE"})
-    old = place_worker("gw5", 3, "cpu", 1, 16, {}, ThreadPolicy("torch", "--threads", None))
+    old = place_worker("gw5", 3, "cpu", 1, 16, {}, ThreadSetting("torch", "--threads", None))
     assert (old.threads, old.env) == (5, {})
-    cuda = place_worker("gw1", 2, "cuda", 2, 16, {}, ThreadPolicy())
+    cuda = place_worker("gw1", 2, "cuda", 2, 16, {}, ThreadSetting())
     assert cuda.threads is None and cuda.env == {"CUDA_VISIBLE_DEVICES": "1"}
 
 

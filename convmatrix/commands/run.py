@@ -7,7 +7,7 @@ outputs) and prints what its steps left.
 Exit status: 0 every case passed (skips allowed), 1 any failed, crashed, timed out or errored,
 or the run stopped early (a ``-n 0`` run whose case hung stops there), 2 usage, matrix or
 environment errors (nothing ran), 3 infrastructure: the database refused results past the
-retry bound (they are in the run's journal: ``--resume`` replays it) or the executor failed,
+retry limit (they are in the run's journal: ``--resume`` replays it) or the executor failed,
 130 interrupted. With ``--fail-on new-regressions``: 1 only when the run inserted a regression
 (not found flaky by ``--confirm``) or stopped early, else 0, so a failure already known does
 not fail every build.

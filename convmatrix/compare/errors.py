@@ -46,9 +46,9 @@ __all__ = [
     "Declared",
     "ErrorChange",
     "ErrorRule",
-    "default_floor",
     "error_change",
     "growth",
+    "noise_level",
 ]
 
 # Chosen with benchmarks/bench_regression_rule.py on the nightly matrix (docs/regression-rule.md).
@@ -58,7 +58,7 @@ FALLBACK_FACTOR = 2.0  # the e_rel/e_norm rule, where usage cannot judge
 _FALLBACK_FLOOR = 1e-6  # dtypes the tolerance table does not know
 
 
-def default_floor(dtype: str, output: str) -> float:
+def noise_level(dtype: str, output: str) -> float:
     """The fallback rule's floor: half the default e_norm limit of (dtype, output), 4 unit
     roundoffs (16 for dw, db)."""
     row = DEFAULT_TOLERANCES.get((dtype, output))
@@ -98,7 +98,7 @@ class ErrorRule:
     """An output regressed when its bound usage grew by more than ``factor`` and ends above a
     usage floor (``floor`` for every dtype, ``floors`` per judged dtype; default
     ``DEFAULT_FLOOR``); where usage cannot judge, when e_rel or e_norm grew by more than
-    ``fallback_factor`` above the dtype's noise floor (``default_floor``)."""
+    ``fallback_factor`` above the dtype's noise level (``noise_level``)."""
 
     factor: float = DEFAULT_FACTOR
     floor: float | None = None  # a bound usage, for every dtype
@@ -242,7 +242,7 @@ def error_change(
         measure, factor, floor = "usage", rule.factor, rule.floor_for(dtype, h.output)
         worse, better = _usage_verdict(b, h, rule, floor)
     else:
-        measure, factor, floor = "e_rel", rule.fallback_factor, default_floor(dtype, h.output)
+        measure, factor, floor = "e_rel", rule.fallback_factor, noise_level(dtype, h.output)
         worse, better = _fallback_verdict(b, h, factor, floor)
     picked = worse or better
     if not picked:

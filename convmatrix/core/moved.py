@@ -155,7 +155,7 @@ class _Alias:
     def exec_module(self, module: ModuleType) -> None:
         target = importlib.import_module(self.new)
         # The import system reads sys.modules back after exec_module, so the old name ends
-        # up bound to the real module (its own __spec__ untouched).
+        # up naming the real module (its own __spec__ untouched).
         sys.modules[self.old] = target
         warnings.warn(
             f"{self.old} moved to {self.new}; import it from there (the old path will go)",

@@ -102,7 +102,7 @@ class Recorded:
 
     @property
     def threads(self) -> dict[str, Any] | None:
-        """The threads each process that ran cases got (``ThreadPolicy.record``; CPU runs)."""
+        """The threads each process that ran cases got (``ThreadSetting.record``; CPU runs)."""
         return self.facts.get("threads")
 
     @property

@@ -8,7 +8,7 @@ difference, where it is, and what was allowed.
 The pytest item, the ``convmatrix run`` summary and the reports all print through here.
 
 ``judged_dtype`` is the one rule of which dtype an output is stored and judged in; the diff's
-noise floor, the report's colouring and ``history`` use it too.
+noise level, the report's colouring and ``history`` use it too.
 
 Policy modes are rules chosen from a mapping: ``bound`` (the default: bound usage <= safety,
 falling back to the threshold where no bound was computed), ``threshold`` (the table's rel/norm

@@ -1,6 +1,6 @@
 """A run's journal: the results the database could not take, kept on local disk.
 
-When the database refuses a run's results for longer than the retry bound (a PostgreSQL
+When the database refuses a run's results for longer than the retry limit (a PostgreSQL
 server restarting or in crash recovery, a full disk under SQLite), ``ResultWriter`` appends
 them here instead of dropping them: ``convmatrix-journal-<run uid>.jsonl`` beside the SQLite
 file, or in the working directory for a database server. The lines are ``convmatrix

@@ -5,7 +5,7 @@ owner: the run pipeline, or the database's pytest plugin): looking up the run ``
 names, the run's completed cases, and then writing the run all go through its one engine.
 Results are buffered and committed in batches by ``ResultWriter``; ``finish`` flushes, sets the
 run's status and returns its counts over every session that wrote to it. Results the database
-refused past the retry bound are in the run's journal (``db.journal``; ``failure`` names it),
+refused past the retry limit are in the run's journal (``db.journal``; ``failure`` names it),
 and ``lookup`` (``--resume``) replays a run's journal before it says which cases are done.
 """
 

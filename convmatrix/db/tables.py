@@ -226,7 +226,7 @@ cases = Table(
     opt("worker", _str32()),
     opt("peak_mem_mb", Double),  # memory the case added at its peak (MB)
     req("created_at", _time(), default=utcnow),
-    # Placement (the Ray engine, xdist too): the host and the device index the result came from.
+    # Placement (the Ray executor, xdist too): the host and the device index the result came from.
     opt("host", _str200()),
     opt("device_index", Integer),
     # Resubmissions after a lost actor or node, or a crash confirmed on another device.

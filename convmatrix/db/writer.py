@@ -451,7 +451,7 @@ class ResultWriter:
     def finish_run(self, run_id: int | None = None, status: str = "finished") -> None:
         """Flush, then store the final counts, ``finished_at`` and ``status``, and (unless the
         status is ``running``) the history summary, all in one transaction. A database that
-        refuses past the retry bound leaves the results in the journal and ``failure`` set
+        refuses past the retry limit leaves the results in the journal and ``failure`` set
         (the run is then ``interrupted`` wherever it can still be marked)."""
         if status not in RUN_STATUSES:
             raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
@@ -521,7 +521,7 @@ class ResultWriter:
 
     def flush(self) -> int:
         """Commit every buffered result in one transaction; how many were kept (committed,
-        or appended to the journal past the retry bound). A batch the database refuses within
+        or appended to the journal past the retry limit). A batch the database refuses within
         the bound stays buffered, and a timer tries it again after the backoff pause."""
         with self._lock:
             if self._timer is not None:
@@ -554,7 +554,7 @@ class ResultWriter:
 
     def _drain(self) -> None:
         """Flush until the buffer is empty: committed, or in the journal once the database
-        has refused for the whole retry bound (pausing with backoff in between)."""
+        has refused for the whole retry limit (pausing with backoff in between)."""
         pause = _BACKOFF_S[0]
         while True:
             self.flush()

@@ -1,4 +1,4 @@
-"""``convmatrix explore``: the search of ``search.explore`` on the run's own engines and database.
+"""``convmatrix explore``: the search of ``search.explore`` on the run's own executors and database.
 
 Every round is written as a matrix of explicit cases (``search.space.matrix_text``) and run
 by ``pipeline.run.run``, the whole of ``convmatrix run``: the same executors (xdist or Ray),
@@ -45,9 +45,9 @@ from convmatrix.pipeline.run import run
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.run.controller import load_kernel
 from convmatrix.search.explore import (
+    ExploreProgress,
     ExploreReport,
     ExploreSettings,
-    Progress,
     RoundResult,
     explore,
     findings_matrix,
@@ -72,7 +72,7 @@ _EXHAUSTED = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOS
 
 @dataclass(frozen=True)
 class ExploreOptions:
-    """``convmatrix explore``'s options: the kernel and engine as ``run`` takes them, the
+    """``convmatrix explore``'s options: the kernel and executor as ``run`` takes them, the
     search's budget, and where its findings go (``out``: a matrix file)."""
 
     kernel: str
@@ -235,7 +235,7 @@ def _internal_error(number: int, output: str) -> None:
     line."""
     lines = [line for line in output.splitlines() if line.startswith("INTERNALERROR>")]
     if lines:
-        raise InfrastructureError(f"round {number}: the engine failed: {lines[-1][14:].strip()}")
+        raise InfrastructureError(f"round {number}: the executor failed: {lines[-1][14:].strip()}")
 
 
 class _Shrinker:
@@ -284,7 +284,7 @@ def write_findings(report: ExploreReport, kernel: str, out: Path) -> None:
 
 
 def explore_kernel(
-    options: ExploreOptions, on_progress: Callable[[Progress], None] | None = None
+    options: ExploreOptions, on_progress: Callable[[ExploreProgress], None] | None = None
 ) -> ExploreReport:
     """Search ``options.kernel`` within the budget; write the findings' matrix to
     ``options.out`` when there are any, also when a signal or a fault ended the search early

@@ -3,9 +3,9 @@
     prepare -> execute -> scan -> confirm -> shrink -> report -> ci outputs
 
 ``run`` opens the database once (``db.database.Database``, lazily: a run refused while it is
-prepared touches no database) and every step uses that one engine (``pipeline.steps``). The commands
-only parse and print: ``convmatrix run`` prints what the steps left in the ``RunEnd``;
-``convmatrix.run()`` returns the run's account.
+prepared touches no database) and every step uses that one database engine
+(``pipeline.steps``). The commands only parse and print: ``convmatrix run`` prints what the
+steps left in the ``RunEnd``; ``convmatrix.run()`` returns the run's account.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from convmatrix.core.records import BAD_OUTCOMES, CaseResult
 
 __all__ = [
+    "AdequacyRow",
     "AdequacyView",
     "BugInfo",
     "BugRow",
-    "CaseRow",
     "Kill",
     "MinimizedSet",
     "build_adequacy_view",
@@ -65,7 +65,7 @@ class BugRow:
 
 
 @dataclass
-class CaseRow:
+class AdequacyRow:
     case_id: str
     case: str
     suite: str
@@ -96,7 +96,7 @@ class AdequacyView:
     score: float  # killed / total
     seconds: float  # wall seconds of the whole adequacy run (every run)
     bugs: list[BugRow]
-    cases: list[CaseRow]
+    cases: list[AdequacyRow]
     by_dimension: dict[str, list[int]]  # dimension -> [killed, total]
     survivors: list[BugRow]
     sample: int | None = None  # cases sampled from the matrix (None: all)
@@ -162,7 +162,7 @@ def build_adequacy_view(
         )
     n_killers = {row.name: len(row.kills) for row in rows}
     cases = [
-        CaseRow(
+        AdequacyRow(
             case_id=r.case.id,
             case=r.case.pytest_id,
             suite=r.case.suite,
@@ -196,7 +196,7 @@ def build_adequacy_view(
     )
 
 
-def minimize(cases: Iterable[CaseRow]) -> list[str]:
+def minimize(cases: Iterable[AdequacyRow]) -> list[str]:
     """The ids of a small set of cases killing every bug any case kills: greedy set cover
     (most not-yet-killed bugs first, the cheaper case on ties, then matrix order), then a
     pass over the chosen cases, dearest first, dropping each one the others make redundant.
@@ -204,7 +204,7 @@ def minimize(cases: Iterable[CaseRow]) -> list[str]:
     rows = [c for c in cases if c.kills]
     position = {c.case_id: i for i, c in enumerate(rows)}
     left = {bug for c in rows for bug in c.kills}
-    chosen: list[CaseRow] = []
+    chosen: list[AdequacyRow] = []
     while left:
         best = max(rows, key=lambda c: (len(left & set(c.kills)), -c.seconds, -position[c.case_id]))
         chosen.append(best)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from convmatrix.reports.stored import StoredRun
+from convmatrix.reports.stored import StoredPages
 from convmatrix.reports.viewmodel import (
     RunHeader,
     json_text,
@@ -43,7 +43,7 @@ SHOWN = 10  # failures a report command names
 
 def write_run_report(session: Reader, spec: str | int, url: str, out: Path) -> RunReport:
     """Write ``run-<id>.html`` and ``run-<id>.json`` for the run ``spec`` names into ``out``."""
-    stored = StoredRun(session, spec, url)
+    stored = StoredPages(session, spec, url)
     out_dir(Path(out))  # nothing can be written there: refused before a page is stored
     html = stored.page("run.html", _html)
     data = stored.page("run.json", json_text)

@@ -1,8 +1,8 @@
 """A run's pages, built once when the run has finished and read back after (``db.pages``).
 
-``StoredRun`` names one run; ``page(name, parts, build)`` returns the page ``name``: the stored
+``StoredPages`` names one run; ``page(name, parts, build)`` returns the page ``name``: the stored
 text when one was stored under the same stamp, else ``build(view)`` with the run's view-model
-built from its results (once per ``StoredRun``), stored for the next reader when the run has
+built from its results (once per ``StoredPages``), stored for the next reader when the run has
 finished. ``parts`` are whatever the page shows beyond the view-model (the served pages' links
 to regressions, the request path): a change in them is a new stamp, so a rebuild. The code's
 version and the reports' modules and templates are part of every stamp: an upgraded or edited
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from convmatrix.db.engine import Reader
     from convmatrix.reports.run_view import RunView
 
-__all__ = ["StoredRun"]
+__all__ = ["StoredPages"]
 
 _lock = threading.Lock()
 _building: dict[tuple[int, str, str], threading.Lock] = {}
@@ -53,7 +53,7 @@ def code_version() -> str:
     return digest.hexdigest()
 
 
-class StoredRun:
+class StoredPages:
     """One run's pages, read from where they are stored or built (see the module's text)."""
 
     def __init__(self, session: Reader, spec: str | int, url: str, *, what: str = "RUN"):

@@ -1,20 +1,20 @@
 """A budgeted search for what the matrix misses: drawn cases in rounds, failures shrunk.
 
 ``explore`` draws cases from the whole space (``search.space``), runs them in rounds through
-a ``RoundRunner`` (the pipeline's: every round is a recorded run of the same engines as
+a ``RoundRunner`` (the pipeline's: every round is a recorded run of the same executors as
 ``convmatrix run``), and stops when the budget is spent or ``max_failures`` distinct failures
 were found. Each round is sized by what the cases before it cost (about ``round_s``); a round
-of many cases amortises the engine's start-up (xdist workers import torch). The budget bounds
+of many cases amortises the executor's start-up (xdist workers import torch). The budget bounds
 the rounds too: no round starts past it, and the runner is told what is left of it, which
 limits every case of the round (a hanging kernel) and cuts the round at its end.
 
 A search ends early, keeping what it found, on a signal (``KeyboardInterrupt``: nothing more
-is run or shrunk) and on an ``InfrastructureError`` (the engine or the database failed under
+is run or shrunk) and on an ``InfrastructureError`` (the executor or the database failed under
 it); the report says which (``interrupted``, ``fault``) and its exit status follows.
 
 Then each failure is shrunk (``shrink``: the shrink helper's greedy delta debugging, each
 candidate a real case) and failures whose shrunk cases agree are merged into one
-``Finding``: one bug seen from many cases is one line of the matrix it writes. Shrinking is
+``ExploredFailure``: one bug seen from many cases is one line of the matrix it writes. Shrinking is
 bounded three times: each failure by ``shrink_runs`` case runs, the failures shrunk by
 ``shrink_limit``, taken first-of-each-signature first (a kernel that fails every case would
 otherwise spend hours shrinking the same bug), and all of it by the budget: once a failure
@@ -39,11 +39,11 @@ from convmatrix.search.space import CaseSpace, Drawn, case_entry, matrix_text
 from convmatrix.search.stop import BudgetSpent
 
 __all__ = [
+    "ExploreProgress",
     "ExploreReport",
     "ExploreSettings",
+    "ExploredFailure",
     "Failure",
-    "Finding",
-    "Progress",
     "RoundResult",
     "RoundRunner",
     "explore",
@@ -100,7 +100,7 @@ class RoundRunner(Protocol):
 
 
 @dataclass
-class Finding:
+class ExploredFailure:
     """One distinct failure: the smallest case found (``case``; the drawn one when not
     shrunk), the shrink's result, and the failures it stands for."""
 
@@ -115,7 +115,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ExploreProgress:
     """After each round (``on_progress``): what the search did so far."""
 
     round: int
@@ -142,7 +142,7 @@ class Progress:
 class ExploreReport:
     """What a search did and found. ``cases`` counts the cases judged; ``cut`` says the
     budget ran out inside the last round, ``interrupted`` that a signal ended the search,
-    ``fault`` what failed under it (the engine, the database)."""
+    ``fault`` what failed under it (the executor, the database)."""
 
     seed: int
     budget_s: float
@@ -150,7 +150,7 @@ class ExploreReport:
     cases: int = 0
     elapsed_s: float = 0.0
     failures: list[Failure] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[ExploredFailure] = field(default_factory=list)
     run_ids: list[int] = field(default_factory=list)
     cut: bool = False
     interrupted: bool = False
@@ -202,7 +202,7 @@ def explore(
     settings: ExploreSettings,
     *,
     shrink: Callable[[Case, float], Any] | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: Callable[[ExploreProgress], None] | None = None,
     on_round: Callable[[ExploreReport], None] | None = None,
 ) -> ExploreReport:
     """Search ``space`` in rounds within the budget (or until ``max_failures``), then shrink
@@ -256,7 +256,7 @@ def _search(
     report: ExploreReport,
     start: float,
     reserve: float,
-    on_progress: Callable[[Progress], None] | None,
+    on_progress: Callable[[ExploreProgress], None] | None,
     on_round: Callable[[ExploreReport], None] | None,
 ) -> None:
     """The rounds: none starts past the budget (less the shrinking's ``reserve`` once a
@@ -283,7 +283,7 @@ def _search(
                               result.run_id)  # fmt: skip
             report.failures.append(failure)
         if on_progress is not None:
-            on_progress(Progress(report.rounds, report.cases, len(report.failures), elapsed,
+            on_progress(ExploreProgress(report.rounds, report.cases, len(report.failures), elapsed,
                                  result.run_id, len(drawn) - len(judged)))  # fmt: skip
         if found and on_round is not None:
             report.elapsed_s, report.findings = elapsed, _findings(report, None, 0)
@@ -338,12 +338,12 @@ def _findings(
     shrink: Callable[[Case, float], Any] | None,
     limit: int,
     deadline: float = math.inf,
-) -> list[Finding]:
+) -> list[ExploredFailure]:
     """The failures merged into findings, the first ``limit`` shrunk first, until
     ``deadline`` (``time.perf_counter``). A signal while shrinking stops the shrinking (the
     report is ``interrupted``); the rest stay as drawn."""
-    findings: dict[str, Finding] = {}
-    by_signature: dict[str, Finding] = {}
+    findings: dict[str, ExploredFailure] = {}
+    by_signature: dict[str, ExploredFailure] = {}
     unshrunk: list[Failure] = []
     for i, failure in enumerate(_shrink_order(report.failures)):
         result = None
@@ -356,7 +356,7 @@ def _findings(
         if key in findings:
             findings[key].failures.append(failure)
             continue
-        finding = Finding(result.case, failure.signature, [failure], result)
+        finding = ExploredFailure(result.case, failure.signature, [failure], result)
         findings[key] = finding
         by_signature.setdefault(failure.signature, finding)
     for failure in unshrunk:
@@ -364,7 +364,7 @@ def _findings(
         if known is not None:
             known.failures.append(failure)
             continue
-        finding = Finding(failure.case, failure.signature, [failure])
+        finding = ExploredFailure(failure.case, failure.signature, [failure])
         findings[_identity(failure.case)] = finding
         by_signature[failure.signature] = finding
     return sorted(findings.values(), key=lambda f: f.first_s)

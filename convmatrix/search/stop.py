@@ -10,7 +10,7 @@ process (``-n 0``) is left, not recorded as crashed, because the signal was note
 search can tell "stop and write" (a signal) from "the budget is spent" (go on to the end as
 after any last round).
 
-With ``forward`` (the xdist engine) either one is passed on to this process's children as
+With ``forward`` (the xdist executor) either one is passed on to this process's children as
 SIGINT: xdist stops its workers on an interrupt only by asking them to exit after their case,
 and waits 10 s before it kills one, so a worker in a long (or hung) case would hold the stop
 for that long; its own SIGINT handler ends the case at once instead.

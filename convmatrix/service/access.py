@@ -4,8 +4,8 @@ wrong guesses.
 
 - **Host** (every request): the ``Host`` header must name this server, its bound address
   and port (``Hosts``), else 421. Without this check a page on another site could read a
-  server bound to 127.0.0.1 through DNS rebinding: its own name made to resolve to
-  127.0.0.1, the browser would send it the pages as same-origin. A server bound to every
+  server listening on 127.0.0.1 through DNS rebinding: its own name made to resolve to
+  127.0.0.1, the browser would send it the pages as same-origin. A server listening on every
   address (``0.0.0.0``) answers any IP address, its host names and ``localhost``; names it
   is reached by otherwise (a proxy's) are given with ``--allow-host``.
 - **Token**: the server is read-only unless it was started with one (``--token-file FILE``,
@@ -223,7 +223,7 @@ def _split_host(header: str) -> tuple[str, int | None] | None:
 @dataclass(frozen=True)
 class Hosts:
     """The Host header values a server answers: ``names`` on its ``port`` (a header without
-    a port means 80), any IP address too when it is bound to all of them, and ``anywhere``
+    a port means 80), any IP address too when it listens on all of them, and ``anywhere``
     names (``--allow-host``) on any port, a proxy's. ``open``: no check at all."""
 
     names: frozenset[str]

@@ -49,10 +49,10 @@ from convmatrix.service.regressions import (
 )
 
 __all__ = [
+    "AlertHistoryPoint",
+    "AlertHistoryRun",
     "AlertView",
     "AlertsView",
-    "HistoryPoint",
-    "HistoryRun",
     "NotJudged",
     "RegressionDetail",
     "RegressionView",
@@ -69,7 +69,7 @@ HISTORY_AFTER = 6  # and after it (did a later run fix it?)
 
 
 @dataclass
-class HistoryRun:
+class AlertHistoryRun:
     """One run of the alert's lineage (kernel, matrix, device): a column of the history."""
 
     run_id: int
@@ -80,7 +80,7 @@ class HistoryRun:
 
 
 @dataclass
-class HistoryPoint:
+class AlertHistoryPoint:
     """A case in one run of the history: its outcome (None: the run does not hold it) and
     its worst bound usage over its outputs (None: none recorded)."""
 
@@ -96,7 +96,7 @@ class RegressionDetail(Regression):
 
     allowed: list[str] = field(default_factory=list)
     events: list[RegressionEvent] = field(default_factory=list)
-    history: list[HistoryPoint] = field(default_factory=list)
+    history: list[AlertHistoryPoint] = field(default_factory=list)
 
 
 @dataclass
@@ -141,7 +141,7 @@ class AlertView:
     kind: str
     database: str
     alert: Alert  # its regressions as ``RegressionDetail``
-    runs: list[HistoryRun]  # the columns of each regression's ``history``
+    runs: list[AlertHistoryRun]  # the columns of each regression's ``history``
     rerun: Rerun | None  # every case of the alert (None: its run is gone)
     allowed: list[str]  # the states at least one of its regressions may move to
     needs_reason: list[str]  # states that need a note
@@ -154,7 +154,7 @@ class RegressionView:
     database: str
     regression: RegressionDetail
     alert: Alert | None  # the alert that holds it, with its other regressions
-    runs: list[HistoryRun]
+    runs: list[AlertHistoryRun]
     rerun: Rerun | None
     needs_reason: list[str]
     lineage: list[Regression] = field(default_factory=list)  # the case's other regressions
@@ -188,20 +188,20 @@ def events_of(session: Session, ids: Iterable[int]) -> dict[int, list[Regression
 def _lineage_window(
     session: Session, kernel: str, matrix: str, device: str, around: int | None,
     roles: dict[int, str],
-) -> list[HistoryRun]:  # fmt: skip
+) -> list[AlertHistoryRun]:  # fmt: skip
     """The plain runs of a lineage around run ``around`` (the newest when it is gone)."""
     rows = lineage_runs(session, kernel, matrix, device)
     at = next((i for i, r in enumerate(rows) if r.id == around), len(rows) - 1)
     window = rows[max(0, at - HISTORY_BEFORE) : at + HISTORY_AFTER + 1]
     return [
-        HistoryRun(r.id, r.kernel_commit, r.label, _iso(r.started_at), roles.get(r.id, ""))
+        AlertHistoryRun(r.id, r.kernel_commit, r.label, _iso(r.started_at), roles.get(r.id, ""))
         for r in window
     ]
 
 
 def _history(
-    session: Session, runs: Sequence[HistoryRun], case_ids: Iterable[str]
-) -> dict[str, list[HistoryPoint]]:
+    session: Session, runs: Sequence[AlertHistoryRun], case_ids: Iterable[str]
+) -> dict[str, list[AlertHistoryPoint]]:
     """Each case over ``runs``: one point per run, in their order."""
     ids, run_ids = sorted(set(case_ids)), [r.run_id for r in runs]
     rows = case_across_runs(session, ids, run_ids=run_ids)
@@ -214,13 +214,13 @@ def _history(
         for r in rows
     }
     return {
-        cid: [HistoryPoint(run, *seen.get((cid, run), (None, None))) for run in run_ids]
+        cid: [AlertHistoryPoint(run, *seen.get((cid, run), (None, None))) for run in run_ids]
         for cid in ids
     }
 
 
 def _details(
-    session: Session, regressions: Sequence[Regression], runs: Sequence[HistoryRun]
+    session: Session, regressions: Sequence[Regression], runs: Sequence[AlertHistoryRun]
 ) -> list[RegressionDetail]:
     events = events_of(session, [r.id for r in regressions])
     history = _history(session, runs, [r.case_id for r in regressions])

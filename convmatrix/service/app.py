@@ -55,7 +55,7 @@ from convmatrix.db.database import Database
 from convmatrix.db.engine import connection_error
 from convmatrix.reports.history_view import load_history
 from convmatrix.reports.render import content_policy, render_html
-from convmatrix.reports.stored import StoredRun
+from convmatrix.reports.stored import StoredPages
 from convmatrix.reports.viewmodel import json_text, to_jsonable
 from convmatrix.service import alert_pages, pages
 from convmatrix.service.access import Hosts, Refusal, Throttle, check_token, write_refusal
@@ -206,7 +206,7 @@ def create_app(
     def run_page(session: Session, request: Request, as_json: bool) -> Response:
         """A run's page, stored once it has finished (``reports.stored``): its JSON, and its
         HTML per address (the address is in its JSON link; a query changes nothing on it)."""
-        stored = StoredRun(session, request.path_params["run"], url)
+        stored = StoredPages(session, request.path_params["run"], url)
         if as_json:
             return Response(stored.page("run.json", json_text), media_type="application/json")
         path, info = request.url.path, stored.info

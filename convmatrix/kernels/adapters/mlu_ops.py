@@ -35,7 +35,7 @@ import torch
 
 from convmatrix.kernels.interface.protocol import ContractError
 
-__all__ = ["MluOps", "Run", "load_mlu_ops", "mlu_unavailable", "runs_of", "token_major"]
+__all__ = ["MluOps", "SequenceRun", "load_mlu_ops", "mlu_unavailable", "runs_of", "token_major"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def mlu_unavailable(ops: MluOps | None, reason: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Run:
+class SequenceRun:
     """A maximal run of one sequence id in one batch row: tokens ``[start, stop)``."""
 
     row: int
@@ -85,22 +85,22 @@ class Run:
         return self.stop - self.start
 
 
-def runs_of(seq_idx: torch.Tensor | None, batch: int, seqlen: int) -> list[Run]:
+def runs_of(seq_idx: torch.Tensor | None, batch: int, seqlen: int) -> list[SequenceRun]:
     """Row-major runs of ``seq_idx`` (B, L): the sequences a varlen API sees, in token order
     of ``x`` flattened to (B*L) tokens. Without seq_idx every row is one sequence."""
     if seq_idx is None:
-        return [Run(b, 0, seqlen, False) for b in range(batch)]
+        return [SequenceRun(b, 0, seqlen, False) for b in range(batch)]
     runs = []
     for row, ids in enumerate(seq_idx.tolist()):
         start = 0
         for t in range(1, seqlen + 1):
             if t == seqlen or ids[t] != ids[start]:
-                runs.append(Run(row, start, t, ids[start] < 0))
+                runs.append(SequenceRun(row, start, t, ids[start] < 0))
                 start = t
     return runs
 
 
-def boundaries(runs: list[Run], seqlen: int, device: torch.device) -> torch.Tensor:
+def boundaries(runs: list[SequenceRun], seqlen: int, device: torch.device) -> torch.Tensor:
     """``query_start_loc`` / ``cu_seqlens``: (N+1,) int32 offsets into the flattened tokens."""
     starts = [r.row * seqlen + r.start for r in runs] + [runs[-1].row * seqlen + runs[-1].stop]
     return torch.tensor(starts, dtype=torch.int32, device=device)
@@ -112,7 +112,7 @@ def token_major(x: torch.Tensor) -> torch.Tensor:
     return x.permute(0, 2, 1).reshape(batch * seqlen, dim)
 
 
-def check_final_state(runs: list[Run], width: int, batch: int) -> None:
+def check_final_state(runs: list[SequenceRun], width: int, batch: int) -> None:
     """A varlen API's final state is its last sequence's; the canonical F is the row's last
     K-1 inputs across sequences. They agree when the last run of a packed row is the whole
     row or at least K-1 long."""

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from convmatrix.kernels.adapters.mlu_ops import (
-    Run,
+    SequenceRun,
     boundaries,
     check_final_state,
     runs_of,
@@ -84,7 +84,9 @@ def vllm_style_forward(
     return y, _final_of_lines(lines, runs, width, batch).to(x.dtype)
 
 
-def _final_of_lines(lines: torch.Tensor, runs: list[Run], width: int, batch: int) -> torch.Tensor:
+def _final_of_lines(
+    lines: torch.Tensor, runs: list[SequenceRun], width: int, batch: int
+) -> torch.Tensor:
     """The canonical final state (B, C, K-1): the line of each row's last sequence, or
     ``ContractError`` where that differs from the row's last K-1 inputs."""
     check_final_state(runs, width, batch)

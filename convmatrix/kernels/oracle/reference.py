@@ -58,7 +58,7 @@ class Saved:
     mag_z: torch.Tensor | None = None  # |b| + sum_k |w_k| |xe|: z's magnitude (magnitudes=True)
     n_z: int = 0  # terms of z: K, +1 with a bias
     sig: torch.Tensor | None = None  # sigmoid(z), SiLU only: computed once, used three times
-    w_floor: float = 0.0  # the smallest |w| the magnitudes count: x's smallest normal
+    w_tiny: float = 0.0  # the smallest |w| the magnitudes count: x's smallest normal
 
 
 # The element-wise passes below work in place on one fresh tensor each: at C=4128, L=4096 a
@@ -111,8 +111,8 @@ def conv_forward(
     # A kernel may round w to x's dtype, where a weight below the smallest normal loses
     # relative precision (an fp32 weight of 6.8e-7 becomes an fp16 subnormal, 4% off): the
     # magnitudes count every |w| as at least that normal, which bounds the absolute error.
-    w_floor = torch.finfo(x.dtype).tiny if x.dtype.is_floating_point else 0.0
-    wa = w.abs().clamp_(min=w_floor)
+    w_tiny = torch.finfo(x.dtype).tiny if x.dtype.is_floating_point else 0.0
+    wa = w.abs().clamp_(min=w_tiny)
     for k in range(width):
         tap = xe[:, :, k : k + seqlen]
         if masks is not None:
@@ -131,7 +131,7 @@ def conv_forward(
             mag = mag * live
     final = xe[:, :, seqlen:].clone()
     n_z = width + (bias is not None)
-    return y, final, Saved(xe, z, masks, live, silu, mag, n_z, sig, w_floor)
+    return y, final, Saved(xe, z, masks, live, silu, mag, n_z, sig, w_tiny)
 
 
 def forward_magnitudes(saved: Saved, y: torch.Tensor) -> Magnitudes:
@@ -210,7 +210,7 @@ def _backward(
         if adz is not None and xa is not None and mx is not None and mw is not None:
             adzk = adz if mask is None else adz * mask
             atap = xa[:, :, k : k + seqlen]
-            wk = w[None, :, k, None].abs().clamp_(min=saved.w_floor)
+            wk = w[None, :, k, None].abs().clamp_(min=saved.w_tiny)
             mx[:, :, k : k + seqlen].addcmul_(adzk, wk)
             mw[:, k] = channel_sums(adzk, atap)
             if sens is not None and sx is not None and sw is not None:

@@ -19,7 +19,7 @@ from convmatrix.core.records import PropertyResult
 from convmatrix.runners.case.bounds import bound_usage
 from convmatrix.runners.case.inputs import ForwardInputs, Guarded
 
-__all__ = ["Agreement", "Calls", "MainCall", "Pending", "identical", "largest_diff"]
+__all__ = ["Agreement", "Calls", "MainCall", "PendingAgreement", "identical", "largest_diff"]
 
 F64 = torch.float64
 
@@ -154,7 +154,7 @@ class MainCall:
 
 
 @dataclass
-class Pending:
+class PendingAgreement:
     """A check whose kernel calls are made: its exact comparisons judged already
     (``problems``), its bounded ones waiting for the main reference (``agreements``), or its
     result decided (``result``: not applicable, or the kernel raised)."""

@@ -26,7 +26,7 @@ from convmatrix.core.dtypes import UNIT_ROUNDOFF
 from convmatrix.core.tolerances import Policy
 from convmatrix.core.verdict import judged_dtype
 from convmatrix.kernels.oracle.steps import final_state_reference, state_grad_reference
-from convmatrix.runners.case.agreement import Agreement, MainCall, Pending, largest_diff
+from convmatrix.runners.case.agreement import Agreement, MainCall, PendingAgreement, largest_diff
 from convmatrix.runners.case.applicability import not_applicable, split_point
 from convmatrix.runners.case.bounds import bound_of, bound_usage
 from convmatrix.runners.case.invoke import call_forward, grads
@@ -105,15 +105,15 @@ _OWN_REFERENCE = {"F": final_state_reference, "dS": state_grad_reference}
 
 def chunk_consistency(
     kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
-) -> Pending:
+) -> PendingAgreement:
     fi = main.inputs
     length = fi.x.values.shape[2]
     s = split_point(case, None if fi.seq_idx is None else fi.seq_idx[0].cpu(), length)
     if s is None:
-        return Pending(main.calls, result=not_applicable(NAME, "no split inside a sample"))
+        return PendingAgreement(main.calls, result=not_applicable(NAME, "no split inside a sample"))
     chunked = _chunked(kernel, case, main, s)
     label = f"chunks {s}+{length - s}"
-    pending = Pending(main.calls, f"split at {s} agrees")
+    pending = PendingAgreement(main.calls, f"split at {s} agrees")
     for name, got in chunked.items():
         if name in main.outputs:
             slack = _extra_rounding(case, name)

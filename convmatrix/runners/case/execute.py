@@ -35,7 +35,7 @@ from convmatrix.runners.case.interrupts import is_real_interrupt, kernel_crash_m
 from convmatrix.runners.case.invoke import KernelFault, check_outputs, kernel_outputs
 from convmatrix.runners.case.memory import PeakMemory
 from convmatrix.runners.case.metrics import ErrorSums, abs_diff
-from convmatrix.runners.case.output import BoundedOutput
+from convmatrix.runners.case.output import CappedOutput
 from convmatrix.runners.case.phases import Between, Phases
 from convmatrix.runners.case.processes import CaseProcesses
 from convmatrix.runners.case.properties import (
@@ -434,7 +434,7 @@ def run_guarded(case: Case, ctx: Context) -> CaseResult:
     ``between`` (``runners.case.phases``)."""
     between = _BETWEEN.start()
     try:
-        with BoundedOutput():
+        with CappedOutput():
             try:
                 result = run_case(case, ctx)
             except Exception as exc:

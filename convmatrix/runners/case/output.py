@@ -2,7 +2,7 @@
 
 pytest captures what a test prints and ships all of it, per report, from an xdist worker to
 the controller: 100 MB of coloured stdout from one passing case took the controller from 0.7
-to 2.8 GB. ``BoundedOutput`` sits inside pytest's capture for one case: file descriptors 1 and
+to 2.8 GB. ``CappedOutput`` sits inside pytest's capture for one case: file descriptors 1 and
 2 (what C code and child processes write) and ``sys.stdout``/``sys.stderr`` (what Python
 prints) go to pipes whose readers keep the first and the last ``KEEP`` bytes of each stream
 and count the rest; after the case the kept text is printed where it would have gone (pytest's
@@ -29,7 +29,7 @@ try:  # FIONREAD: how many bytes a pipe holds (POSIX); elsewhere every case take
 except ImportError:  # pragma: no cover - not POSIX
     ioctl, FIONREAD = None, 0
 
-__all__ = ["KEEP", "BoundedOutput", "Tail"]
+__all__ = ["KEEP", "CappedOutput", "Tail"]
 
 KEEP = 16 << 10  # bytes kept at each end of each stream
 JOIN_S = 2.0  # how long to wait for a stream's last bytes to be read
@@ -187,14 +187,14 @@ class _Stream:
         return self.pipe.end()
 
 
-class BoundedOutput:
-    """``with BoundedOutput():`` around one case; its output is re-printed, bounded, after."""
+class CappedOutput:
+    """``with CappedOutput():`` around one case; its output is re-printed, bounded, after."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled and hasattr(os, "pipe")
         self.streams: list[_Stream] = []
 
-    def __enter__(self) -> BoundedOutput:
+    def __enter__(self) -> CappedOutput:
         if not self.enabled:
             return self
         try:

@@ -37,7 +37,13 @@ from convmatrix.core.case import Case
 from convmatrix.core.records import PropertyResult
 from convmatrix.core.sanitise import safe_str
 from convmatrix.core.tolerances import Policy
-from convmatrix.runners.case.agreement import Agreement, Calls, MainCall, Pending, identical
+from convmatrix.runners.case.agreement import (
+    Agreement,
+    Calls,
+    MainCall,
+    PendingAgreement,
+    identical,
+)
 from convmatrix.runners.case.applicability import not_applicable, refused_call
 from convmatrix.runners.case.chunks import chunk_consistency
 from convmatrix.runners.case.guards import changed_copy, check_guards, damage, restore, runs
@@ -85,20 +91,20 @@ def _unaffected(
     after: torch.Tensor,
     select: Callable[[torch.Tensor], torch.Tensor],
     ok: str,
-) -> Pending:
+) -> PendingAgreement:
     """y where a change must not reach: identical to the main y for a deterministic kernel
     (judged now), else within the main y's bounds (judged as the reference streams)."""
     before = main.outputs["y"]
     if kernel.capabilities.deterministic:
         problem = identical(name, select(after), select(before))
-        return Pending(main.calls, ok, problems=[problem] if problem else [])
+        return PendingAgreement(main.calls, ok, problems=[problem] if problem else [])
     agreement = Agreement(name, "y", after, before, 2 * policy.safety, select=select)
-    return Pending(main.calls, ok, [agreement])
+    return PendingAgreement(main.calls, ok, [agreement])
 
 
 def causality(
     kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
-) -> Pending:
+) -> PendingAgreement:
     length = main.inputs.x.values.shape[2]
     cut = length // 2  # keep y[:cut+1], change x[cut+1:]
     after = _perturbed_forward(kernel, case, main, [slice(cut + 1, None)])
@@ -110,7 +116,7 @@ def causality(
 
 def packed_isolation(
     kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
-) -> Pending:
+) -> PendingAgreement:
     """Change the even-numbered samples (and the state, which belongs to sample 0); the
     odd-numbered samples' outputs must not move."""
     assert main.inputs.seq_idx is not None
@@ -118,7 +124,7 @@ def packed_isolation(
     changed = (ids >= 0) & (ids % 2 == 0)
     kept = (ids >= 0) & (ids % 2 == 1)
     if not bool(kept.any()):
-        return Pending(main.calls, "only one sample: nothing to isolate")
+        return PendingAgreement(main.calls, "only one sample: nothing to isolate")
     after = _perturbed_forward(kernel, case, main, runs(changed))
     kept = kept.to(after.device)
     return _unaffected(
@@ -127,7 +133,7 @@ def packed_isolation(
     )  # fmt: skip
 
 
-Check = Callable[[Any, Case, Policy, torch.device, MainCall], Pending]
+Check = Callable[[Any, Case, Policy, torch.device, MainCall], PendingAgreement]
 
 PROPERTIES: dict[str, Check] = {
     "causality": causality,
@@ -138,19 +144,19 @@ PROPERTIES: dict[str, Check] = {
 
 def run_property(
     name: str, kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
-) -> Pending:
+) -> PendingAgreement:
     """One check's calls, only if the kernel's contract accepts every call it makes (else not
     applicable, with the reason); a kernel that raises fails this check alone, by name."""
     refused = refused_call(kernel, name, case)
     if refused:
-        return Pending(Calls(), result=not_applicable(name, refused))
+        return PendingAgreement(Calls(), result=not_applicable(name, refused))
     calls = Calls()
     own = MainCall(main.inputs, main.outputs, calls)
     with recording_placed() as placed:
         try:
             pending = PROPERTIES[name](kernel, case, policy, device, own)
         except KernelFault as exc:
-            pending = Pending(calls, result=PropertyResult(name, False, safe_str(exc)))
+            pending = PendingAgreement(calls, result=PropertyResult(name, False, safe_str(exc)))
     # The check's calls are held to the guards too, on what it placed and on the main call's
     # inputs it reuses: a write outside a view (or into an input) made only on these calls
     # went unseen when only the main call was guarded. Damage is repaired for the next check.
@@ -167,7 +173,7 @@ class PropertyRun:
     reference (``judge``, block by block) and ends in one result per check (``results``)."""
 
     names: list[str]
-    pending: list[Pending] = field(default_factory=list)
+    pending: list[PendingAgreement] = field(default_factory=list)
 
     def agreements(self) -> list[Agreement]:
         return [a for p in self.pending for a in p.agreements]

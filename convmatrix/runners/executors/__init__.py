@@ -2,9 +2,9 @@
 
 Every executor takes a prepared run (``controller.Setup``: the checked options, what they
 resolved to, and the ``RunStore`` results go to) and returns the run's ``RunAccount``;
-all of them execute a case through ``convmatrix.runners.case.execute.run_case`` and record through
-one ``Controller``, so the same matrix records the same results whichever executor ran it.
-("Engine" is the SQLAlchemy engine's word in this package; docs/architecture.md, Glossary.)
+all of them execute a case through ``convmatrix.runners.case.execute.run_case`` and record
+through one ``Controller``, so the same matrix records the same results whichever executor ran
+it. ("Executor", never the database engine's word: docs/architecture.md, Glossary.)
 
 - ``xdist``: pytest-xdist on one host, one worker process per device (the ``xdist`` package:
   the executor, the pytest plugin ``plugin``, the controller's part ``session``, the plugin's

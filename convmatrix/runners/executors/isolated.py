@@ -32,7 +32,7 @@ START_LIMIT_S = 600.0  # a child that cannot load the kernel in this long is bro
 @dataclass(frozen=True)
 class ChildSpec:
     """What the child rebuilds the run from: the controller's handover, the device string it
-    is bound to (visibility variables are already in the environment), its physical index and
+    is pinned to (visibility variables are already in the environment), its physical index and
     its torch threads."""
 
     handover: dict[str, Any]

@@ -49,7 +49,7 @@ from convmatrix.runners.options import RunOptions
 from convmatrix.runners.run.account import RunAccount
 from convmatrix.runners.run.controller import Controller, Setup
 from convmatrix.runners.run.placement import place_device
-from convmatrix.runners.run.threads import ThreadPolicy
+from convmatrix.runners.run.threads import ThreadSetting
 
 __all__ = ["MAX_RETRIES", "RESOURCES", "DeviceWorker", "RayExecutor", "import_ray"]
 
@@ -74,7 +74,7 @@ def import_ray() -> Any:
 
 
 class DeviceWorker:
-    """The body of a device actor (made a Ray actor by the executor): where it is, then bound to
+    """The body of a device actor (made a Ray actor by the executor): where it is, then pinned to
     one device, then running batches of cases in its child process."""
 
     def __init__(self, handover: dict[str, Any]) -> None:
@@ -99,7 +99,7 @@ class DeviceWorker:
         from convmatrix.core.devices import cpu_cores
 
         kind = self.handover["device_kind"]
-        policy = ThreadPolicy(**self.handover["threads"])
+        policy = ThreadSetting(**self.handover["threads"])
         where = place_device(index, sharing, kind, cpu_cores(), policy=policy)
         os.environ.update(where.env)  # the child inherits the binding
         self.index, self.name = index, name
@@ -175,17 +175,17 @@ class RayExecutor:
             actors = self._actors(ray, setup, resource, units)
             print(f"convmatrix: {len(controller.planned)} cases on {len(actors)} device actors")
             driver = _Driver(ray, setup, controller, actors, self.batch)
-            summary = controller.finish(driver.drive())
+            account = controller.finish(driver.drive())
         except KeyboardInterrupt:
             if controller is None:
                 raise
-            summary = controller.finish(True, signalled=True)
+            account = controller.finish(True, signalled=True)
         except (ConnectionError, ray.exceptions.RayError) as err:  # the cluster itself failed
             lost = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             again = ""
             if controller is not None:
-                summary = controller.finish(True)
-                again = f" (run {summary.run_id}: --resume runs the rest)"
+                account = controller.finish(True)
+                again = f" (run {account.run_id}: --resume runs the rest)"
             raise InfrastructureError(
                 f"the Ray cluster failed under the run{again}: {type(err).__name__}: {lost}"
             ) from err
@@ -196,9 +196,9 @@ class RayExecutor:
             _close(ray, alive)
             if started:
                 ray.shutdown()
-        for line in summary.lines():
+        for line in account.lines():
             print(line)
-        return summary
+        return account
 
     def _connect(self, ray: Any, request: RunOptions, resource: str) -> bool:
         """Connect to the cluster (or start a local one); True when this process started it."""

@@ -43,7 +43,7 @@ from convmatrix.runners.run.account import (
 from convmatrix.runners.run.progress import Progress
 from convmatrix.runners.run.provenance import kernel_identity
 from convmatrix.runners.run.store import RunStore, Shard, StoredRun
-from convmatrix.runners.run.threads import ThreadPolicy, decide
+from convmatrix.runners.run.threads import ThreadSetting, decide
 from convmatrix.runners.run.workload import Workload, combined_identity, load_workload, select_cases
 
 __all__ = ["Controller", "Prepared", "Setup", "load_kernel", "prepare", "run_meta"]
@@ -78,12 +78,12 @@ class Prepared:
     resume: int | None = None  # the stored run this session completes
     rule: str | None = None  # --policy RULE overrides the rule of the matrix's policy
     shard: Shard | None = None  # only the cases this shard owns
-    device_index: int | None = None  # the physical device this process is bound to
+    device_index: int | None = None  # the physical device this process is pinned to
     reference_device: str = "auto"  # --reference-device: auto | host | device
     reference_cache: str | None = None  # the cache directory (None: off)
     reference_cache_size: int = 0
     max_cases: int | None = None  # --max-cases: the case limit of every matrix
-    threads: ThreadPolicy = field(default_factory=ThreadPolicy)  # of every process running cases
+    threads: ThreadSetting = field(default_factory=ThreadSetting)  # of every process running cases
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
     given: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # planned, as JSON
@@ -167,7 +167,7 @@ class Prepared:
     def rebuild(
         cls, info: dict[str, Any], device: torch.device, device_index: int | None
     ) -> Prepared:
-        """The controller's ``Prepared`` in a worker bound to ``device`` (``handover``)."""
+        """The controller's ``Prepared`` in a worker pinned to ``device`` (``handover``)."""
         prepared = cls(
             kernel=load_kernel(info["kernel"]),
             kernel_spec=info["kernel"],
@@ -185,7 +185,7 @@ class Prepared:
             reference_cache=info.get("reference_cache"),
             reference_cache_size=int(info.get("reference_cache_size") or 0),
             max_cases=info.get("max_cases"),
-            threads=ThreadPolicy(**info["threads"]),
+            threads=ThreadSetting(**info["threads"]),
             given=dict(info.get("planned") or {}),
         )
         for source in prepared.sources:
@@ -391,7 +391,7 @@ class Controller:
         self.run_id = store.start(meta, resume, shard) if shard else store.start(meta, resume)
         self.results: dict[str, CaseResult] = {}
         self.crashed_workers: Counter[str] = Counter()
-        self.summary: RunAccount | None = None  # set once the run is closed
+        self.account: RunAccount | None = None  # set once the run is closed
         self.known: dict[str, Case] = {}  # planned cases by id (``lost`` needs the case)
         self.min_judged = DEFAULT_MIN_JUDGED  # the share of planned cases to judge to pass
         self.infrastructure: str | None = None  # the machine failed under the run (exit 3)
@@ -399,7 +399,7 @@ class Controller:
     def record(self, result: CaseResult) -> bool:
         """Keep one result; False (and nothing kept) if the case already has one or the run
         is closed."""
-        if result.case.id in self.results or self.summary is not None:
+        if result.case.id in self.results or self.account is not None:
             return False
         self.results[result.case.id] = result
         self.store.add(result)
@@ -428,9 +428,9 @@ class Controller:
 
     def finish(self, interrupted: bool, signalled: bool = False) -> RunAccount:
         """Close the run: ``finished`` when every planned case has a result, else
-        ``interrupted``. Idempotent: a second call returns the first summary."""
-        if self.summary is not None:
-            return self.summary
+        ``interrupted``. Idempotent: a second call returns the first account."""
+        if self.account is not None:
+            return self.account
         interrupted = interrupted or self.infrastructure is not None
         if not interrupted:
             self._record_lost()
@@ -441,7 +441,7 @@ class Controller:
         if failure is not None:
             status = "interrupted"
         session = Counter(r.outcome for r in self.results.values())
-        self.summary = RunAccount(
+        self.account = RunAccount(
             run_id=self.run_id,
             status=status,
             counts={o: (stored or session).get(o, 0) for o in OUTCOMES},
@@ -458,4 +458,4 @@ class Controller:
             skipped=skip_reasons(self.results.values()),
             run_status=self.store.run_status() if self.shard else None,
         )
-        return self.summary
+        return self.account

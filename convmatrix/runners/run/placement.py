@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from convmatrix.core.devices import backend_module, visible_devices_env
-from convmatrix.runners.run.threads import ThreadPolicy
+from convmatrix.runners.run.threads import ThreadSetting
 
 __all__ = ["WorkerPlacement", "bind", "place_device", "place_worker"]
 
@@ -37,13 +37,13 @@ def place_device(
     kind: str,
     cores: int,
     environ: dict | None = None,
-    policy: ThreadPolicy | None = None,
+    policy: ThreadSetting | None = None,
 ) -> WorkerPlacement:
     """Device ``index`` of ``kind`` on a host where ``workers`` workers share ``cores``, under
     the run's thread ``policy`` (default: ``auto``)."""
     env = visible_devices_env(kind, index, environ)
     if kind == "cpu":
-        policy = policy or ThreadPolicy()
+        policy = policy or ThreadSetting()
         env.update(policy.environment())  # the wait of what the worker starts (case children)
         return WorkerPlacement("cpu", env, policy.threads(max(1, workers), cores))
     return WorkerPlacement(f"{kind}:0", env, None, index)
@@ -56,7 +56,7 @@ def place_worker(
     count: int,
     cores: int,
     environ: dict | None = None,
-    policy: ThreadPolicy | None = None,
+    policy: ThreadSetting | None = None,
 ) -> WorkerPlacement:
     """xdist worker gwN owns device N mod count, which it then sees as device 0."""
     number = int(worker_id.lstrip("gw") or 0)

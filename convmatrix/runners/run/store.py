@@ -87,7 +87,7 @@ class RunStore(Protocol):
 
     def failure(self) -> str | None:
         """One line when the store could not keep the run as asked (a database that refused
-        past its retry bound: where the results went instead, how to recover them); the run
+        past its retry limit: where the results went instead, how to recover them); the run
         then ends ``interrupted`` with the infrastructure exit status."""
         ...
 

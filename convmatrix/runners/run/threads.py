@@ -39,7 +39,7 @@ from typing import Any
 from convmatrix.core.environment import THREADS_ENV, check_threads
 from convmatrix.core.errors import UsageError
 
-__all__ = ["WAIT_ENV", "ThreadPolicy", "decide", "export", "use"]
+__all__ = ["WAIT_ENV", "ThreadSetting", "decide", "export", "use"]
 
 WAIT_ENV = "OMP_WAIT_POLICY"
 OMP_ENV = "OMP_NUM_THREADS"
@@ -47,7 +47,7 @@ PASSIVE = "PASSIVE"
 
 
 @dataclass(frozen=True)
-class ThreadPolicy:
+class ThreadSetting:
     """``spec``: auto, torch or a count; ``source``: what chose it (default, --threads,
     CONVMATRIX_THREADS, OMP_NUM_THREADS); ``wait``: the ``OMP_WAIT_POLICY`` of the run's
     processes (None: OpenMP's default)."""
@@ -80,7 +80,7 @@ class ThreadPolicy:
         }
 
     def handover(self) -> dict[str, Any]:
-        """Plain values for a worker (``Prepared.handover``); ``ThreadPolicy(**value)``."""
+        """Plain values for a worker (``Prepared.handover``); ``ThreadSetting(**value)``."""
         return asdict(self)
 
 
@@ -90,13 +90,13 @@ def _omp_count(text: str) -> str | None:
     return first if first.isdigit() and int(first) > 0 else None
 
 
-def decide(given: str | None = None, environ: Mapping[str, str] | None = None) -> ThreadPolicy:
+def decide(given: str | None = None, environ: Mapping[str, str] | None = None) -> ThreadSetting:
     """The policy of a run: ``given`` (``--threads``) unless ``OMP_NUM_THREADS`` is set, else
     ``CONVMATRIX_THREADS``, else ``auto``. ``UsageError`` names a bad ``--threads``."""
     env = os.environ if environ is None else environ
     omp = _omp_count(env.get(OMP_ENV, ""))
     if omp is not None:  # the user's explicit count wins, with their wait policy (or none)
-        return ThreadPolicy(omp, OMP_ENV, env.get(WAIT_ENV) or None)
+        return ThreadSetting(omp, OMP_ENV, env.get(WAIT_ENV) or None)
     if given is not None and str(given).strip():
         spec, source = str(given).strip().lower(), "--threads"
         why = check_threads(spec)
@@ -107,17 +107,17 @@ def decide(given: str | None = None, environ: Mapping[str, str] | None = None) -
     else:
         spec, source = "auto", "default"
     wait = env.get(WAIT_ENV) or (None if spec == "torch" else PASSIVE)
-    return ThreadPolicy(spec, source, wait)
+    return ThreadSetting(spec, source, wait)
 
 
-def export(policy: ThreadPolicy, environ: MutableMapping[str, str] | None = None) -> None:
+def export(policy: ThreadSetting, environ: MutableMapping[str, str] | None = None) -> None:
     """Put the policy's wait into the environment: this process's OpenMP when torch is not
     loaded yet, and every process started after (xdist workers, case children)."""
     env = os.environ if environ is None else environ
     env.update(policy.environment())
 
 
-def use(policy: ThreadPolicy, workers: int, cores: int) -> int:
+def use(policy: ThreadSetting, workers: int, cores: int) -> int:
     """Apply the policy to this process (it runs cases): the environment, torch's intra-op
     threads; the count it now has."""
     import torch

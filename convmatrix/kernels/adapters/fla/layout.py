@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LAYOUTS", "Api", "Layout", "find_layout", "fla_roots", "import_conv", "probe_api"]
+__all__ = ["LAYOUTS", "Api", "FlaLayout", "find_layout", "fla_roots", "import_conv", "probe_api"]
 
 
 @dataclass(frozen=True)
-class Layout:
+class FlaLayout:
     """One place fla kept its conv: the file that marks it and the modules to import."""
 
     name: str
@@ -51,21 +51,21 @@ class Layout:
 
 
 LAYOUTS = (
-    Layout(
+    FlaLayout(
         "causal_conv1d/",
         "modules/causal_conv1d/__init__.py",
         "fla.modules.causal_conv1d",
         "fla.modules.causal_conv1d",
         "fla.modules.causal_conv1d.ops",
     ),
-    Layout(
+    FlaLayout(
         "conv/",
         "modules/conv/triton/kernels.py",
         "fla.modules.conv.causal_conv1d",
         "fla.modules.conv.triton",
         "fla.modules.conv.triton.kernels",
     ),
-    Layout(
+    FlaLayout(
         "convolution.py",
         "modules/convolution.py",
         "fla.modules.convolution",
@@ -92,7 +92,7 @@ def fla_roots() -> list[Path]:
     return [Path(p) for p in spec.submodule_search_locations]
 
 
-def find_layout(roots: list[Path]) -> Layout | None:
+def find_layout(roots: list[Path]) -> FlaLayout | None:
     """The newest layout whose marker file one of ``roots`` has."""
     for layout in LAYOUTS:
         if any((root / layout.marker).is_file() for root in roots):
@@ -132,7 +132,7 @@ def _bare_package(name: str, roots: list[Path], relative: str, version: str | No
     sys.modules[name] = module
 
 
-def import_conv(layout: Layout, roots: list[Path]) -> tuple[Any, Any, Any]:
+def import_conv(layout: FlaLayout, roots: list[Path]) -> tuple[Any, Any, Any]:
     """(functions module, update module, kernels module) of ``layout``, the package
     ``__init__`` files of fla, fla.modules and fla.ops skipped (module docstring)."""
     version = tree_version(roots)

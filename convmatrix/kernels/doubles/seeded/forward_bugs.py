@@ -59,7 +59,7 @@ class HaloOffByOne(SeededKernel):
 
 
 class TailTileDropped(SeededKernel):
-    """The number of time tiles is ``L // T`` (floor): the partial last tile is never run and
+    """The number of time tiles is ``L // T`` (rounded down): the partial last tile is never run and
     its outputs stay as allocated (zero here)."""
 
     bug = Bug(
@@ -89,7 +89,7 @@ class VecTailDropped(SeededKernel):
 
 
 class ChannelTileTailDropped(SeededKernel):
-    """The grid covers ``C // C_t`` channel tiles (floor): channels past the last whole
+    """The grid covers ``C // C_t`` channel tiles (rounded down): channels past the last whole
     channel tile are never computed (Dao #32's sibling: grid arithmetic off at the edge)."""
 
     bug = Bug(

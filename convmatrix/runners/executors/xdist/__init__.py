@@ -64,17 +64,17 @@ def _only_our_plugins() -> Iterator[None]:
 
 
 class _Handover:
-    """The executor's side of the plugin's hooks: the prepared run in, the summary out."""
+    """The executor's side of the plugin's hooks: the prepared run in, the account out."""
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
-        self.summary: RunAccount | None = None
+        self.account: RunAccount | None = None
 
     def pytest_convmatrix_setup(self, config: pytest.Config) -> Setup:
         return self.setup
 
-    def pytest_convmatrix_finished(self, config: pytest.Config, summary: RunAccount) -> None:
-        self.summary = summary
+    def pytest_convmatrix_finished(self, config: pytest.Config, account: RunAccount) -> None:
+        self.account = account
 
 
 class XdistExecutor:
@@ -91,19 +91,19 @@ class XdistExecutor:
         # -n 0: the kernel runs in this process; a witness speaks if it dies mid-case
         with _only_our_plugins(), witnessed(int(setup.request.workers) == 0):
             code = pytest.main(args, plugins=[handover])
-        return _summary(code, handover.summary)
+        return _account(code, handover.account)
 
 
-def _summary(code: Any, summary: RunAccount | None) -> RunAccount:
-    if summary is None and code == pytest.ExitCode.USAGE_ERROR:
+def _account(code: Any, account: RunAccount | None) -> RunAccount:
+    if account is None and code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError("pytest refused the run (its message is above)")
-    if summary is None:  # the executor failed under the run: infrastructure (exit 3)
+    if account is None:  # the executor failed under the run: infrastructure (exit 3)
         raise InfrastructureError(f"the run ended before it was recorded (pytest exit {int(code)})")
-    # With a summary, pytest's 4 is the session's "nothing judged" (``session``), which the
+    # With an account, pytest's 4 is the session's "nothing judged" (``session``), which the
     # account says itself: the account decides the exit status.
     if code == pytest.ExitCode.INTERNAL_ERROR:  # pytest or xdist failed, not a case: exit 3
-        kept = f"run {summary.run_id} kept: --resume runs the rest; " if summary.run_id else ""
+        kept = f"run {account.run_id} kept: --resume runs the rest; " if account.run_id else ""
         raise InfrastructureError(f"the executor failed under the run ({kept}INTERNALERROR above)")
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("convmatrix run: nothing to run (every selected case already has a result)")
-    return summary
+    return account

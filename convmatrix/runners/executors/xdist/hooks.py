@@ -37,5 +37,5 @@ def pytest_convmatrix_store(config: pytest.Config) -> RunStore | None:  # type: 
 
 
 @pytest.hookspec
-def pytest_convmatrix_finished(config: pytest.Config, summary: RunAccount) -> Any:
-    """The run is closed; ``summary`` is its final account."""
+def pytest_convmatrix_finished(config: pytest.Config, account: RunAccount) -> Any:
+    """The run is closed; ``account`` is its final account."""

@@ -55,7 +55,7 @@ from convmatrix.runners.executors.xdist.watchdog import (
 from convmatrix.runners.options import add_pytest_options
 from convmatrix.runners.run.controller import Prepared
 from convmatrix.runners.run.placement import WorkerPlacement, bind, place_worker
-from convmatrix.runners.run.threads import ThreadPolicy
+from convmatrix.runners.run.threads import ThreadSetting
 from convmatrix.runners.run.workload import Workload
 
 __all__ = ["PAYLOAD", "PREPARED", "CaseItem", "WorkerPlacement", "place_worker"]
@@ -147,7 +147,7 @@ def _worker_prepared(workerinput: dict) -> Prepared:
         kind,
         count,
         cpu_cores(),
-        policy=ThreadPolicy(**info["threads"]),
+        policy=ThreadSetting(**info["threads"]),
     )
     device = bind(where, kind)
     try:

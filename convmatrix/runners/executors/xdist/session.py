@@ -85,14 +85,14 @@ def stop_after_timeout(config: pytest.Config, why: str) -> None:
     """A single-process run whose case hung: close the run now (the process ends next) and
     say how to finish it."""
     plugin: ControllerPlugin = config.pluginmanager.get_plugin(_NAME)
-    summary = plugin.controller.finish(interrupted=True)
+    account = plugin.controller.finish(interrupted=True)
     seen = witness()
     if seen is not None:  # the process ends next, in order: its line is the one below
         seen.done()
     hint = (
         ""
-        if summary.run_id is None
-        else f"; convmatrix run --resume {summary.run_id} runs the rest"
+        if account.run_id is None
+        else f"; convmatrix run --resume {account.run_id} runs the rest"
     )
     capture = config.pluginmanager.getplugin("capturemanager")
     if capture is not None:  # the test's output capture holds stdout/stderr now
@@ -155,17 +155,17 @@ class ControllerPlugin:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         signalled = exitstatus == pytest.ExitCode.INTERRUPTED
-        summary = self.controller.finish(signalled or bool(session.shouldstop), signalled)
-        self.config.hook.pytest_convmatrix_finished(config=self.config, summary=summary)
-        if exitstatus == pytest.ExitCode.OK and summary.exit_code == NotJudgedError.exit_code:
+        account = self.controller.finish(signalled or bool(session.shouldstop), signalled)
+        self.config.hook.pytest_convmatrix_finished(config=self.config, account=account)
+        if exitstatus == pytest.ExitCode.OK and account.exit_code == NotJudgedError.exit_code:
             # Every case skipped is green to pytest; ``pytest --matrix`` in a CI job must not
             # pass on it: the session ends with convmatrix's "nothing judged" status.
             session.exitstatus = NotJudgedError.exit_code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        summary = self.controller.summary
-        if summary is None:
+        account = self.controller.account
+        if account is None:
             return
         terminalreporter.write_sep("=", "convmatrix")
-        for line in summary.lines():
+        for line in account.lines():
             terminalreporter.write_line(line)
