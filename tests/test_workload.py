@@ -4,6 +4,7 @@ the workers take the controller's plan instead of expanding the matrix again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -16,7 +17,7 @@ from convmatrix.kernels.interface.registry import load
 from convmatrix.matrix import expand_matrix, load_matrix
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.run.controller import Prepared, Setup
-from convmatrix.runners.run.store import MemoryStore
+from convmatrix.runners.run.store import MemoryStore, Shard
 from convmatrix.runners.run.workload import Wanted, load_workload, select_cases
 
 
@@ -86,3 +87,24 @@ def test_a_whole_run_hands_no_plan_over(smoke):
     prepared = Setup.of(options.checked(), MemoryStore()).prepared
     assert prepared.handover()["planned"] == {}
     assert prepared.workload("smoke").cases == smoke
+
+
+def test_a_worker_rebuilds_every_field_the_controller_handed_over(smoke, tmp_path):
+    """The hand-over is written once, from Prepared's fields: whatever the controller
+    resolved (a shard, a rule, the cache, threads, the done cases) reaches the worker."""
+    options = RunOptions(
+        matrix="smoke", kernel="torch", device="cpu", workers=2, rule="threshold",
+        case_timeout=7.0, reference_device="host", max_cases=5000, threads="3",
+        reference_cache=str(tmp_path / "cache"), reference_cache_size="1M",
+    )  # fmt: skip
+    prepared = Setup.of(options.checked(), MemoryStore()).prepared
+    prepared.done = {smoke[0].id, smoke[1].id}
+    prepared.shard = Shard(1, 3, "nightly")  # as a sharded run's store resolves it
+    info = json.loads(json.dumps(prepared.handover()))  # what xdist's workerinput carries
+    rebuilt = Prepared.rebuild(info, torch.device("cpu"), 1)
+    local = {"kernel", "device", "device_index", "resume", "workloads", "by_pytest_id", "given"}
+    for f in dataclasses.fields(Prepared):
+        if f.name not in local and not f.name.startswith("_"):
+            assert getattr(rebuilt, f.name) == getattr(prepared, f.name), f.name
+    assert (rebuilt.rule, rebuilt.shard.index, rebuilt.threads.spec) == ("threshold", 1, "3")
+    assert rebuilt.device_index == 1 and rebuilt.planned() == prepared.planned()

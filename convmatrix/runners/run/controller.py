@@ -16,7 +16,7 @@ import json
 import platform
 import sys
 from collections import Counter
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,24 @@ def load_kernel(spec: str | None) -> Any:
         raise NotJudgedError(f"nothing judged: the kernel could not be loaded: {exc}") from exc
     except KernelSpecError as exc:
         raise UsageError(f"--kernel: {exc}") from exc
+
+
+# Prepared's fields a worker makes itself (the kernel from ``kernel_spec``, the device it is
+# pinned to) or fills as it runs; every other field is handed over by name.
+_LOCAL = frozenset(
+    {"kernel", "device", "device_index", "resume", "workloads", "by_pytest_id", "given", "_cache"}
+)
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as workerinput and Ray carry it (``Prepared.rebuild`` reads it back)."""
+    if isinstance(value, set):
+        return sorted(value)
+    if isinstance(value, Shard):
+        return astuple(value)
+    if isinstance(value, ThreadSetting):
+        return value.handover()
+    return value
 
 
 @dataclass
@@ -139,54 +157,37 @@ class Prepared:
 
     def handover(self) -> dict[str, Any]:
         """What a worker needs to rebuild this run (``rebuild``): plain values only, as
-        xdist's workerinput and Ray's task arguments carry them."""
-        return {
-            "kernel": self.kernel_spec,
-            "matrix_sources": self.sources,
-            "wanted": self.wanted,
-            "done": sorted(self.done),
-            "device_kind": self.device.type,
-            "device_count": self.device_count,
-            "timeout_s": self.timeout_s,
-            "shard": astuple(self.shard) if self.shard else None,
-            "rule": self.rule,
-            "reference_device": self.reference_device,
-            "reference_cache": self.reference_cache,
-            "reference_cache_size": self.reference_cache_size,
-            "max_cases": self.max_cases,
-            "threads": self.threads.handover(),
-            # --case: the few cases planned, so that no worker expands the matrix again
-            "planned": {
-                source: [c.to_json() for c in w.cases] for source, w in self.workloads.items()
-            }
+        xdist's workerinput and Ray's task arguments carry them. Every field but the
+        worker's own (``_LOCAL``) goes, by its name: a field added here reaches the workers
+        without a second list to keep in step."""
+        info = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _LOCAL}
+        info["device_kind"] = self.device.type
+        # --case: the few cases planned, so that no worker expands the matrix again
+        info["planned"] = (
+            {source: [c.to_json() for c in w.cases] for source, w in self.workloads.items()}
             if self.wanted
-            else {},
-        }
+            else {}
+        )
+        return info
 
     @classmethod
     def rebuild(
         cls, info: dict[str, Any], device: torch.device, device_index: int | None
     ) -> Prepared:
         """The controller's ``Prepared`` in a worker pinned to ``device`` (``handover``)."""
+        values = {f.name: info[f.name] for f in fields(cls) if f.name not in _LOCAL}
+        values.update(
+            wanted=list(values["wanted"]),
+            done=set(values["done"]),
+            shard=Shard(*values["shard"]) if values["shard"] else None,
+            threads=ThreadSetting(**values["threads"]),
+        )
         prepared = cls(
-            kernel=load_kernel(info["kernel"]),
-            kernel_spec=info["kernel"],
-            sources=info["matrix_sources"],
-            wanted=list(info["wanted"]),
-            done=set(info["done"]),
-            device_spec=info["device_kind"],
+            kernel=load_kernel(info["kernel_spec"]),
             device=device,
-            device_count=int(info["device_count"]),
-            timeout_s=info["timeout_s"],
-            shard=Shard(*info["shard"]) if info.get("shard") else None,
             device_index=device_index,
-            rule=info.get("rule"),
-            reference_device=info.get("reference_device", "auto"),
-            reference_cache=info.get("reference_cache"),
-            reference_cache_size=int(info.get("reference_cache_size") or 0),
-            max_cases=info.get("max_cases"),
-            threads=ThreadSetting(**info["threads"]),
             given=dict(info.get("planned") or {}),
+            **values,
         )
         for source in prepared.sources:
             prepared.workload(source)
