@@ -30,14 +30,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import select
-
 from convmatrix.core.devices import discover
 from convmatrix.core.errors import UsageError
 from convmatrix.db.database import Database
 from convmatrix.db.engine import absolute_url
-from convmatrix.db.queries import RunInfo
-from convmatrix.db.tables import runs
+from convmatrix.db.queries import RunInfo, newest_run_id
 from convmatrix.pipeline.checkout import recorded_code, worktree_env
 from convmatrix.pipeline.steps import RunState, execute, prepare, walk
 from convmatrix.runners.options import RunOptions
@@ -91,12 +88,7 @@ def _rerun_in_worktree(options: RunOptions, root: Path, database: Database) -> i
         reason = (done.stderr or done.stdout).strip().splitlines()
         raise UsageError(f"confirm: the rerun in the worktree failed: {reason[-1:]}")
     with database.reading() as session:
-        rerun = session.scalar(
-            select(runs.c.id)
-            .where(runs.c.label == options.label)
-            .order_by(runs.c.id.desc())
-            .limit(1)
-        )
+        rerun = newest_run_id(session, label=options.label)
     if rerun is None:
         raise UsageError("confirm: the rerun in the worktree recorded no run")
     return rerun

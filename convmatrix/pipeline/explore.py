@@ -31,15 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from convmatrix.core.case import Case
 from convmatrix.core.errors import InfrastructureError
 from convmatrix.core.records import BAD_OUTCOMES
 from convmatrix.db.database import Database
-from convmatrix.db.queries import load_results
-from convmatrix.db.tables import runs
+from convmatrix.db.queries import load_results, newest_run_id
 from convmatrix.matrix.build import MAX_ELEMENTS
 from convmatrix.pipeline.run import run
 from convmatrix.runners.options import RunOptions
@@ -201,15 +199,14 @@ class _Rounds:
 
     def _newest(self) -> int:
         with self.database.reading() as session:
-            return session.scalar(select(func.max(runs.c.id))) or 0
+            return newest_run_id(session) or 0
 
     def _labelled(self, label: str, newest: int) -> int | None:
         """The run of ``label`` this round recorded, if it did (a round cut outside its
         session has no account): one newer than ``newest``, so never an earlier search's
         round of the same kernel and seed."""
         with self.database.reading() as session:
-            query = select(runs.c.id).where(runs.c.label == label, runs.c.id > newest)
-            return session.scalar(query.order_by(runs.c.id.desc()).limit(1))
+            return newest_run_id(session, label=label, after=newest)
 
     def _result(self, run_id: int | None) -> RoundResult:
         failures: dict[str, str] = {}
