@@ -17,9 +17,11 @@ for that long; its own SIGINT handler ends the case at once instead.
 
 Trap: an exception raised by a signal handler is lost when the handler happens to run inside a
 garbage collector's callback or a ``__del__`` (Python prints "Exception ignored" and goes on).
-So a stop insists: until the search says it took it (``settle``), it is raised again every
-``INSIST_S`` seconds (``_thread.interrupt_main``: simulated, never a real signal, so nothing
-happens once the handler is gone).
+So a stop insists: until the search says it took it (``settle``), or a pytest session caught
+it (``runners.case.interrupts.note_taken``: raised again there, it would cut short the close of
+the round's run and leave it ``running``), it is raised again every ``INSIST_S`` seconds
+(``_thread.interrupt_main``: simulated, never a real signal, so nothing happens once the
+handler is gone).
 
 Trap: pytest's own SIGTERM handler (``runners.executors.xdist.plugin``) is installed only where
 none is, and stays installed after the session; without these handlers a SIGTERM during a round
@@ -39,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from convmatrix.runners.case.interrupts import note_signal
+from convmatrix.runners.case.interrupts import interrupt_taken, note_signal
 
 __all__ = ["BudgetSpent", "Stopping", "stoppable"]
 
@@ -99,7 +101,7 @@ class Stopping:
             while True:
                 time.sleep(INSIST_S)
                 with self._lock:
-                    if signum not in self._unsettled:
+                    if signum not in self._unsettled or interrupt_taken():
                         return
                     _thread.interrupt_main(signum)
 

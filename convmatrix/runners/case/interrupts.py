@@ -16,14 +16,34 @@ from typing import Any
 
 from convmatrix.core.sanitise import safe_str
 
-__all__ = ["install_signal_handlers", "is_real_interrupt", "kernel_crash_message", "note_signal"]
+__all__ = [
+    "install_signal_handlers",
+    "interrupt_taken",
+    "is_real_interrupt",
+    "kernel_crash_message",
+    "note_signal",
+    "note_taken",
+]
 
 _received: list[int] = []  # signals received by this process (SIGINT, SIGTERM)
+_taken: list[int] = []  # how many of them a pytest session caught (it then closes the run)
 
 
 def note_signal(signum: int) -> None:
     """Record that ``signum`` arrived (the handlers call this before raising)."""
     _received.append(signum)
+
+
+def note_taken() -> None:
+    """A pytest session caught the interrupt (``pytest_keyboard_interrupt``): it ends and
+    closes its run now, and raising the stop again would cut that close short (the run left
+    ``running``): ``search.stop`` stops insisting once this is noted."""
+    _taken.append(len(_received))
+
+
+def interrupt_taken() -> bool:
+    """Whether a session caught the interrupt since the last signal arrived."""
+    return bool(_taken) and _taken[-1] >= len(_received) > 0
 
 
 def _sigint(signum: int, frame: Any) -> None:

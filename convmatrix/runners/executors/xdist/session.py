@@ -21,6 +21,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores
 from convmatrix.core.errors import NotJudgedError, machine_fault
 from convmatrix.core.records import CaseResult
+from convmatrix.runners.case.interrupts import note_taken
 from convmatrix.runners.executors.xdist.watchdog import witness
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.run.controller import Controller, Prepared, Setup
@@ -152,6 +153,9 @@ class ControllerPlugin:
         held = None if case is None else self.controller.results.get(case.id)
         if held is not None:
             report.longrepr = f"{report.longrepr} after recording it as {held.outcome}"
+
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        note_taken()  # the run is closed next (pytest_sessionfinish): stop raising it again
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         signalled = exitstatus == pytest.ExitCode.INTERRUPTED
