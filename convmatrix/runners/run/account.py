@@ -14,6 +14,9 @@ and ``lost`` (the infrastructure lost the result) are not. A run that judged non
 planned cases, or fewer than ``--min-judged`` of them (``DEFAULT_MIN_JUDGED``), ends with
 exit status 4 (``core.errors.NotJudgedError``) unless a judged case failed (1): an
 unloadable kernel skips every case and must not look green, nor good to ``git bisect``.
+With ``--confirm``, the cases the machine failed to judge that the confirmation rerun judged
+(at its longer limit) count as judged: a run of one case that timed out on a busy host and
+passed on rerun is judged, not "nothing judged" (``rejudged``, set by ``pipeline.confirm``).
 """
 
 from __future__ import annotations
