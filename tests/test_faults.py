@@ -34,9 +34,8 @@ from runner_helpers import (
 )
 from sqlalchemy.engine import make_url
 
-from convmatrix.core.sanitise import MAX_TEXT
+from convmatrix.core.sanitise import MAX_TEXT, redact_argv
 from convmatrix.db import Session, open_database
-from convmatrix.db.engine import redact_argv
 from convmatrix.db.queries import resolve_run
 from convmatrix.runners.case.processes import descendants
 

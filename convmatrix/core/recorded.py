@@ -13,12 +13,11 @@ runners read it here, and ``RunOptions.from_recorded`` builds on it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FACTS", "RENAMED", "Recorded", "redact_password", "stored_options"]
+__all__ = ["FACTS", "RENAMED", "Recorded", "stored_options"]
 
 FACTS = "facts"  # the key of the run's facts
 _OLD = "matrix_sources"  # a fact every older release kept at the top level, beside the options
@@ -33,12 +32,6 @@ RENAMED = {
     "cases": "cases",
     "reference_device": "reference_device",
 }
-_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")
-
-
-def redact_password(url: str) -> str:
-    """A URL with its password shown as ``***``: a stored option holds no secret."""
-    return _PASSWORD.sub(r"\1***@", url)
 
 
 def stored_options(given: Mapping[str, Any], **facts: Any) -> dict[str, Any]:

@@ -16,7 +16,9 @@ raises.
 
 from __future__ import annotations
 
-__all__ = ["MAX_TEXT", "clean_text", "safe_str", "terminal_safe", "xml_safe"]
+import re
+
+__all__ = ["MAX_TEXT", "clean_text", "redact_argv", "safe_str", "terminal_safe", "xml_safe"]
 
 MAX_TEXT = 4096  # characters kept of one message; the rest is counted, not kept
 
@@ -125,3 +127,22 @@ def safe_str(value: object) -> str:
         return str(value)
     except Exception as err:
         return f"<{type(value).__name__} whose str() raised {type(err).__name__}>"
+
+
+# A URL's password: in its user part (``user:p@ss@host``: up to the last ``@``) or a query
+# parameter whose name holds "password".
+_USERINFO = re.compile(r"(://[^:/@\s]*:)[^/?#]*@")
+_PASSWORD_PARAM = re.compile(r"([?&][^=&\s]*password[^=&\s]*=)[^&#]*", re.IGNORECASE)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with the password of every URL in it redacted (``--db URL``,
+    ``--db=URL``, ``CONVMATRIX_DB=URL``), as ``db.engine.redact_url`` shows one: a run's stored argv
+    must hold no secret. Arguments without a URL stay as they are."""
+    shown = []
+    for arg in argv:
+        if "://" in arg:
+            arg = _USERINFO.sub(r"\1***@", arg)
+            arg = _PASSWORD_PARAM.sub(r"\1***", arg)
+        shown.append(arg)
+    return shown

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, exc, pool
 from sqlalchemy.engine import URL, make_url
 
 from convmatrix.core.errors import ConvmatrixError, InfrastructureError, UsageError
+from convmatrix.core.sanitise import redact_argv
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -38,7 +38,6 @@ __all__ = [
     "connection_error",
     "default_url",
     "make_engine",
-    "redact_argv",
     "redact_url",
     "sqlite_file",
     "write_connection",
@@ -50,8 +49,6 @@ ENV_VAR = "CONVMATRIX_DB"
 BUSY_TIMEOUT_MS = 60_000
 # scheme://user:PASSWORD@host: the password runs to the last "@" before the host's path, as
 # a URL parser reads it (spaces, "%40" or a raw "@" included: all of it is the secret).
-_USERINFO = re.compile(r"(://[^:/@\s]*:)[^/?#]*@")
-_PASSWORD_PARAM = re.compile(r"([?&][^=&\s]*password[^=&\s]*=)[^&#]*", re.IGNORECASE)
 _WRITE = "convmatrix_write"  # execution option: this transaction will write
 
 
@@ -69,19 +66,6 @@ def redact_url(url: str | URL) -> str:
     shown = parsed.update_query_dict(secret).render_as_string(hide_password=True)
     shown = shown.replace("%2A%2A%2A", "***")  # the query part comes back URL-quoted
     return redact_argv([shown])[0]  # and what a parser took for the host ("p@ss@h")
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """A command line with the password of every URL in it redacted (``--db URL``,
-    ``--db=URL``, ``CONVMATRIX_DB=URL``), as ``redact_url`` shows one: a run's stored argv
-    must hold no secret. Arguments without a URL stay as they are."""
-    shown = []
-    for arg in argv:
-        if "://" in arg:
-            arg = _USERINFO.sub(r"\1***@", arg)
-            arg = _PASSWORD_PARAM.sub(r"\1***", arg)
-        shown.append(arg)
-    return shown
 
 
 def _parse(url: str) -> URL:

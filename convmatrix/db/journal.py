@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from convmatrix.core.records import CaseResult, RunMeta
-from convmatrix.db.engine import redact_argv, sqlite_file
+from convmatrix.core.sanitise import redact_argv
+from convmatrix.db.engine import sqlite_file
 
 __all__ = [
     "JOURNAL_PREFIX",

@@ -37,9 +37,10 @@ from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult, RunMeta, run_identity
+from convmatrix.core.sanitise import redact_argv
 from convmatrix.db import tables
 from convmatrix.db.aggregates import aggregate_runs
-from convmatrix.db.engine import connection_error, redact_argv, redact_url, write_session
+from convmatrix.db.engine import connection_error, redact_url, write_session
 from convmatrix.db.journal import Journal, journal_paths, meta_values, read_journal, run_line
 from convmatrix.db.migrate import ensure_schema
 from convmatrix.db.models import CaseRow, Run, RunShardRow

@@ -24,8 +24,9 @@ from typing import Any
 
 from convmatrix.core.environment import check_environment
 from convmatrix.core.errors import UsageError
-from convmatrix.core.recorded import Recorded, redact_password
+from convmatrix.core.recorded import Recorded
 from convmatrix.core.records import RUN_KINDS
+from convmatrix.core.sanitise import redact_argv
 from convmatrix.core.verdict import RULES
 from convmatrix.runners.run.account import DEFAULT_MIN_JUDGED
 from convmatrix.runners.run.shards import parse_shard
@@ -258,7 +259,7 @@ class RunOptions:
         password. ``from_recorded`` reads it back."""
         out = {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
         if self.db is not None:
-            out["db"] = redact_password(self.db)
+            out["db"] = redact_argv([self.db])[0]
         return out
 
     @classmethod

@@ -32,9 +32,10 @@ from sqlalchemy.orm import Session
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
+from convmatrix.core.sanitise import redact_argv
 from convmatrix.db.aggregates import aggregate_runs
 from convmatrix.db.alert_queries import alert_rows, find_alert
-from convmatrix.db.engine import redact_argv, write_session
+from convmatrix.db.engine import write_session
 from convmatrix.db.models import AlertRow, RegressionEventRow, RegressionRow, Run
 from convmatrix.db.queries import (
     RunInfo,

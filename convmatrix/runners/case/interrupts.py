@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 _received: list[int] = []  # signals received by this process (SIGINT, SIGTERM)
-_taken: list[int] = []  # how many of them a pytest session caught (it then closes the run)
+_taken = [0]  # how many of them a pytest session had caught when it last caught one
 
 
 def note_signal(signum: int) -> None:
@@ -38,12 +38,12 @@ def note_taken() -> None:
     """A pytest session caught the interrupt (``pytest_keyboard_interrupt``): it ends and
     closes its run now, and raising the stop again would cut that close short (the run left
     ``running``): ``search.stop`` stops insisting once this is noted."""
-    _taken.append(len(_received))
+    _taken[0] = len(_received)
 
 
 def interrupt_taken() -> bool:
     """Whether a session caught the interrupt since the last signal arrived."""
-    return bool(_taken) and _taken[-1] >= len(_received) > 0
+    return _taken[0] >= len(_received) > 0
 
 
 def _sigint(signum: int, frame: Any) -> None:
