@@ -205,25 +205,41 @@ def test_every_command_s_parser_builds_without_torch():
 
 
 def test_commands_that_only_read_never_import_the_orm(tmp_path):
-    """``history``, ``report`` of a stored run and ``diff`` read through Core: importing
-    ``sqlalchemy.orm`` and mapping the classes was a fifth of their start-up (0.53-0.58 s
-    against a 0.5 s goal, docs/benchmarks.md). Nor does a stored report, nor a diff printed
-    to the terminal (no ``--out``), import Jinja2."""
+    """``history``, ``report`` of a stored run, ``diff`` and the listing and showing of
+    ``regressions`` read through Core: importing ``sqlalchemy.orm`` and mapping the classes
+    was a third of their start-up (issue 34's 0.3 s of CPU, docs/benchmarks.md). Nor does a
+    stored report, nor a diff printed to the terminal (no ``--out``), import Jinja2."""
     from reports_support import synthetic_results, write_run
 
     from convmatrix.db import open_database
 
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     engine = open_database(db)
-    for commit in ("a" * 40, "b" * 40):
-        write_run(engine, synthetic_results(20), commit=commit)
+    write_run(engine, synthetic_results(20), commit="a" * 40)
+    write_run(engine, synthetic_results(20, bug=lambda c: c.seqlen > 64), commit="b" * 40)
     engine.dispose()
+    scanned = _convmatrix(["regressions", "scan", "2", "--db", db])  # writes: the ORM may load
+    assert "(alert 1)" in scanned, scanned
     out = ["--out", str(tmp_path / "out")]
     first = imported(["report", "2", "--db", db, *out], ("sqlalchemy.orm",))  # builds, stores
     assert first == ""
-    for argv in (["report", "2", *out], ["history", "--dtype", "bf16"], ["diff", "1", "2"]):
+    reading = (
+        ["report", "2", *out], ["history", "--dtype", "bf16"], ["diff", "1", "2"],
+        ["regressions"], ["regressions", "show", "1"], ["regressions", "show", "r1"],
+    )  # fmt: skip
+    for argv in reading:
         heavy = imported([*argv, "--db", db], ("sqlalchemy.orm", "jinja2"), cwd=tmp_path)
         assert heavy == "", f"{' '.join(argv)}: {heavy}"
+    listed = _convmatrix(["regressions", "--db", db])
+    assert listed.startswith("alert 1:") and "#1 detected" in listed, listed
+
+
+def _convmatrix(argv: list[str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "convmatrix", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_kernels_are_sorted_by_role_with_few_modules_at_the_top():

@@ -211,7 +211,10 @@ def test_eight_clients_at_once_get_the_same_page_and_the_server_answers_in_paral
     url = f"sqlite:///{tmp_path / 'results.db'}"
     engine = open_database(url)
     small = write_run(engine, synthetic_results(20), commit="1" * 40)
-    big = write_run(engine, synthetic_results(3000, timed_every=5), commit="2" * 40)
+    # Big enough that building its page outlasts the pause below with room to spare: 0.9 s
+    # on a quiet machine (3000 cases took 0.6 s before reading a run got faster, a margin of
+    # 0.1 s over the old 0.5 s pause: a quiet machine could finish the build first).
+    big = write_run(engine, synthetic_results(6000, timed_every=5), commit="2" * 40)
     engine.dispose()
     with running_server(url) as base:
         answers: dict[str, tuple[int, bytes]] = {}
@@ -224,7 +227,7 @@ def test_eight_clients_at_once_get_the_same_page_and_the_server_answers_in_paral
         slow = [threading.Thread(target=fetch, args=(f"big{i}", f"/runs/{big}")) for i in range(8)]
         for thread in slow:
             thread.start()
-        time.sleep(0.5)  # the eight are in flight: building 3000 cases takes seconds
+        time.sleep(0.2)  # the eight are in flight: their page takes 0.9 s or more to build
         fetch("small", f"/api/runs/{small}")
         for thread in slow:
             thread.join()

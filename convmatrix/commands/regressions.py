@@ -13,8 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING
 
 from convmatrix.commands.arguments import RUN_HELP, add_db_argument
 from convmatrix.core.errors import UsageError
@@ -30,6 +29,9 @@ from convmatrix.service.regressions import (
     triage,
 )
 
+if TYPE_CHECKING:
+    from convmatrix.db.engine import Reader
+
 __all__ = ["add_arguments", "regressions_command"]
 
 
@@ -43,7 +45,7 @@ def _list(args: argparse.Namespace) -> int:
     unknown = [s for s in states if s not in TRANSITIONS]
     if unknown:
         raise UsageError(f"--state {unknown[0]!r}: choose from {', '.join(TRANSITIONS)}")
-    with Database(args.db, existing=True) as database, database.session() as session:
+    with Database(args.db, existing=True) as database, database.reading() as session:
         alerts = list_alerts(session, states=states, kernel=args.kernel)
     if args.case:
         alerts = [a for a in alerts if any(r.case_id.startswith(args.case) for r in a.regressions)]
@@ -91,7 +93,7 @@ def _spelled(target: str, prefix: str) -> bool:
     return target.startswith(prefix) and target[len(prefix) :].isdigit()
 
 
-def _regression_ids(session: Session, target: str) -> list[int]:
+def _regression_ids(session: Reader, target: str) -> list[int]:
     if _spelled(target, "a"):
         return [r.id for r in get_alert(session, _id(target[1:], "alert")).regressions]
     if _spelled(target, ""):
@@ -114,7 +116,7 @@ def _set(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     target = args.id
-    with Database(args.db, existing=True) as database, database.session() as session:
+    with Database(args.db, existing=True) as database, database.reading() as session:
         if _spelled(target, ""):
             _say("\n".join(get_alert(session, _id(target, "alert")).lines()))
             return 0

@@ -22,7 +22,12 @@ from convmatrix.core.errors import InputError, UsageError
 from convmatrix.core.records import OUTCOMES, CaseResult
 from convmatrix.core.tolerances import OUTPUTS
 from convmatrix.db.aggregates import COUNT_COLUMNS, SUMMARY_COLUMNS, count_select, summary_select
-from convmatrix.db.records import result_from_rows
+from convmatrix.db.records import (
+    METRIC_COLUMNS,
+    PROPERTY_COLUMNS,
+    TIMING_COLUMNS,
+    result_from_rows,
+)
 from convmatrix.db.tables import (
     STALE_HEARTBEAT_S,
     cases,
@@ -355,11 +360,14 @@ def load_results(session: Reader, run_id: int) -> list[CaseResult]:
         select(cases).where(cases.c.run_id == run_id).order_by(cases.c.id)
     ).all()
     children: list[dict[int, list[Any]]] = []
-    for table in (metrics, properties, timings):
+    for table, names in (
+        (metrics, METRIC_COLUMNS), (properties, PROPERTY_COLUMNS), (timings, TIMING_COLUMNS)
+    ):  # fmt: skip
         by_case: dict[int, list[Any]] = {}
-        rows = session.execute(select(table).where(table.c.run_id == run_id).order_by(table.c.id))
-        for row in rows:
-            by_case.setdefault(row.case_pk, []).append(row)
+        columns = [table.c.case_pk, *(table.c[name] for name in names)]
+        query = select(*columns).where(table.c.run_id == run_id).order_by(table.c.id)
+        for row in session.execute(query):
+            by_case.setdefault(row[0], []).append(row)
         children.append(by_case)
     return [
         result_from_rows(c, *(by_case.get(c.id, []) for by_case in children)) for c in case_rows

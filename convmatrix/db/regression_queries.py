@@ -4,7 +4,9 @@ states may move where) left to ``service``.
 
 Queries that hand back rows to change (``regression_rows``, ``lineage_regressions``) return
 mapped ``RegressionRow`` objects and need an ORM session; the others are Core queries on the
-tables and run on a connection or a session alike. Long ``IN`` lists go in ``chunks``.
+tables and run on a connection or a session alike (``regression_records`` is
+``regression_rows`` for readers: the same filter, plain rows, no ORM import, which is a third
+of a reading command's start-up). Long ``IN`` lists go in ``chunks``.
 """
 
 from __future__ import annotations
@@ -12,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import ColumnElement, Row, func, select
 
-from convmatrix.db.models import RegressionRow, Run
 from convmatrix.db.queries import chunks
-from convmatrix.db.tables import regression_events, regressions
+from convmatrix.db.tables import regression_events, regressions, runs
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from convmatrix.db.engine import Reader
+    from convmatrix.db.models import RegressionRow
 
 __all__ = [
     "alert_case_ids",
@@ -32,6 +34,7 @@ __all__ = [
     "lineage_regressions",
     "lock_alert_regressions",
     "regression_links",
+    "regression_records",
     "regression_rows",
     "regressions_raised_by_scan",
 ]
@@ -39,8 +42,7 @@ __all__ = [
 _R, _E = regressions.c, regression_events.c
 
 
-def regression_rows(
-    session: Session,
+def _where(
     *,
     states: Sequence[str] = (),
     kernel: str | None = None,
@@ -48,23 +50,34 @@ def regression_rows(
     ids: Sequence[int] = (),
     alert_ids: Sequence[int] = (),
     first_bad_runs: Sequence[int] = (),
-) -> list[RegressionRow]:
-    """Regressions, newest first, filtered by state, kernel, case id (prefix), id, alert or
-    first bad run (an empty filter filters nothing)."""
-    query = select(RegressionRow).order_by(RegressionRow.id.desc())
-    if states:
-        query = query.where(RegressionRow.state.in_(list(states)))
+) -> list[ColumnElement[bool]]:
+    """The filter of ``regression_rows`` and ``regression_records`` (an empty filter filters
+    nothing)."""
+    where = [_R.state.in_(list(states))] if states else []
     if kernel is not None:
-        query = query.where(RegressionRow.kernel == kernel)
+        where.append(_R.kernel == kernel)
     if case_id is not None:
-        query = query.where(RegressionRow.case_id.startswith(case_id, autoescape=True))
-    for column, values in (
-        (RegressionRow.id, ids), (RegressionRow.alert_id, alert_ids),
-        (RegressionRow.first_bad_run, first_bad_runs),
-    ):  # fmt: skip
+        where.append(_R.case_id.startswith(case_id, autoescape=True))
+    by_value = ((_R.id, ids), (_R.alert_id, alert_ids), (_R.first_bad_run, first_bad_runs))
+    for column, values in by_value:
         if values:
-            query = query.where(column.in_(list(values)))
+            where.append(column.in_(list(values)))
+    return where
+
+
+def regression_rows(session: Session, **filters: Any) -> list[RegressionRow]:
+    """Regressions to change, newest first, filtered by state, kernel, case id (prefix), id,
+    alert or first bad run (``_where``'s keywords)."""
+    from convmatrix.db.models import RegressionRow  # the ORM: only for writers
+
+    query = select(RegressionRow).where(*_where(**filters)).order_by(_R.id.desc())
     return list(session.scalars(query))
+
+
+def regression_records(session: Reader, **filters: Any) -> list[Row[Any]]:
+    """``regression_rows`` as plain rows (every ``regressions`` column), for readers."""
+    query = select(regressions).where(*_where(**filters)).order_by(_R.id.desc())
+    return list(session.execute(query))
 
 
 def lineage_regressions(
@@ -72,14 +85,13 @@ def lineage_regressions(
 ) -> list[RegressionRow]:
     """Every regression of a lineage, ordered by when its first bad run started (regressions
     whose run is gone first), then by id: the last of each (case, kind) is its newest."""
+    from convmatrix.db.models import RegressionRow  # the ORM: only for writers
+
     return list(session.scalars(
         select(RegressionRow)
-        .outerjoin(Run, Run.id == RegressionRow.first_bad_run)
-        .where(
-            RegressionRow.kernel == kernel, RegressionRow.matrix == matrix,
-            RegressionRow.device == device,
-        )
-        .order_by(Run.started_at.is_not(None), Run.started_at, Run.id, RegressionRow.id)
+        .outerjoin(runs, runs.c.id == _R.first_bad_run)
+        .where(_R.kernel == kernel, _R.matrix == matrix, _R.device == device)
+        .order_by(runs.c.started_at.is_not(None), runs.c.started_at, runs.c.id, _R.id)
     ))  # fmt: skip
 
 

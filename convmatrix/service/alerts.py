@@ -17,17 +17,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from convmatrix.core.errors import UsageError
 from convmatrix.core.records import CaseResult
-from convmatrix.db.alert_queries import alert_rows
-from convmatrix.db.models import AlertRow
+from convmatrix.db.alert_queries import alert_records
 from convmatrix.db.queries import run_column
 from convmatrix.db.regression_queries import alert_case_ids
 from convmatrix.service.regressions import OPEN_STATES, Regression, list_regressions
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+    from sqlalchemy.orm import Session
+
+    from convmatrix.db.engine import Reader
+    from convmatrix.db.models import AlertRow
 
 __all__ = [
     "Alert",
@@ -84,11 +88,11 @@ class Alert:
         return lines
 
 
-def _commit(session: Session, run_id: int | None) -> str | None:
+def _commit(session: Reader, run_id: int | None) -> str | None:
     return run_column(session, run_id, "kernel_commit")  # type: ignore[no-any-return]
 
 
-def _plain(session: Session, row: AlertRow, regressions: list[Regression]) -> Alert:
+def _plain(session: Reader, row: Row[Any], regressions: list[Regression]) -> Alert:
     return Alert(
         id=row.id, kernel=row.kernel, matrix=row.matrix, device=row.device, run_id=row.run_id,
         baseline_run=row.baseline_run, commit=_commit(session, row.run_id),
@@ -101,7 +105,7 @@ def _plain(session: Session, row: AlertRow, regressions: list[Regression]) -> Al
 
 
 def list_alerts(
-    session: Session,
+    session: Reader,
     *,
     states: tuple[str, ...] | list[str] = (),
     kernel: str | None = None,
@@ -110,7 +114,7 @@ def list_alerts(
 ) -> list[Alert]:
     """Alerts, newest first, each with its regressions; ``states``: only alerts holding a
     regression in one of these states."""
-    rows = alert_rows(session, kernel=kernel, ids=ids, limit=limit)
+    rows = alert_records(session, kernel=kernel, ids=ids, limit=limit)
     regressions = list_regressions(session, alert_ids=[r.id for r in rows]) if rows else []
     by_alert: dict[int, list[Regression]] = {}
     for reg in regressions:
@@ -123,7 +127,7 @@ def list_alerts(
     return alerts
 
 
-def get_alert(session: Session, alert_id: int) -> Alert:
+def get_alert(session: Reader, alert_id: int) -> Alert:
     found = list_alerts(session, ids=[alert_id])
     if not found:
         raise UsageError(f"alert {alert_id}: no such alert")
@@ -131,6 +135,8 @@ def get_alert(session: Session, alert_id: int) -> Alert:
 
 
 def _row(session: Session, alert_id: int) -> AlertRow:
+    from convmatrix.db.models import AlertRow  # the ORM: only for writers
+
     row = session.get(AlertRow, alert_id)
     if row is None:
         raise UsageError(f"alert {alert_id}: no such alert")

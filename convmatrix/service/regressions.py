@@ -20,14 +20,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from convmatrix.core.errors import InputError, UsageError
-from convmatrix.db.models import RegressionEventRow, RegressionRow
-from convmatrix.db.regression_queries import event_rows, regression_rows
+from convmatrix.db.regression_queries import event_rows, regression_records
 from convmatrix.db.tables import REGRESSION_STATES, utcnow
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+    from sqlalchemy.orm import Session
+
+    from convmatrix.db.engine import Reader
+    from convmatrix.db.models import RegressionRow
 
 __all__ = [
     "OPEN_STATES",
@@ -118,7 +122,8 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-def plain(row: RegressionRow) -> Regression:
+def plain(row: RegressionRow | Row[Any]) -> Regression:
+    """The plain record of a mapped row or a Core row of ``regressions`` (same names)."""
     return Regression(
         id=row.id, alert_id=row.alert_id, kernel=row.kernel, matrix=row.matrix,
         device=row.device, case_id=row.case_id, case_name=row.case_name, output=row.output,
@@ -142,6 +147,8 @@ def record_event(
     new: bool = False,
 ) -> None:
     """An event for ``row`` going to ``to`` (before the row's own state is changed)."""
+    from convmatrix.db.models import RegressionEventRow  # the ORM: only for writers
+
     session.add(
         RegressionEventRow(
             regression_id=row.id, at=utcnow(), by=by, from_state=None if new else row.state,
@@ -156,6 +163,8 @@ def _row(session: Session, regression_id: int) -> RegressionRow:
     many people triage it at once. PostgreSQL: ``SELECT ... FOR UPDATE`` (a second writer
     waits for the first to commit, then reads what it wrote); SQLite: the write transaction
     holds the database's one write lock from its start (``db.engine``: ``BEGIN IMMEDIATE``)."""
+    from convmatrix.db.models import RegressionRow  # the ORM: only for writers
+
     row = session.get(RegressionRow, regression_id, with_for_update=True, populate_existing=True)
     if row is None:
         raise UsageError(f"regression {regression_id}: no such regression")
@@ -229,7 +238,7 @@ def triage(
 
 
 def list_regressions(
-    session: Session,
+    session: Reader,
     *,
     states: Sequence[str] = (),
     kernel: str | None = None,
@@ -241,14 +250,14 @@ def list_regressions(
     unknown = [s for s in states if s not in TRANSITIONS]
     if unknown:
         raise InputError(f"--state {unknown[0]!r}: choose from {', '.join(TRANSITIONS)}")
-    rows = regression_rows(
+    rows = regression_records(
         session, states=list(states), kernel=kernel, case_id=case_id, ids=list(ids),
         alert_ids=list(alert_ids),
     )  # fmt: skip
     return [plain(row) for row in rows]
 
 
-def regression_events(session: Session, regression_id: int) -> list[RegressionEvent]:
+def regression_events(session: Reader, regression_id: int) -> list[RegressionEvent]:
     """The history of one regression, oldest first."""
     return [
         RegressionEvent(
