@@ -105,15 +105,17 @@ def changed_copy(g: Guarded, name: str, tokens: list[slice]) -> Guarded:
     ``tokens`` hold other values (x -> 1.5 - 2x, rounded to x's dtype): what causality and packed
     isolation call the kernel on. Copied from ``g``'s pristine storage and changed in place,
     in the storage's own order, rather than placed anew through the view's strides (a
-    channel-last view is a transposed copy)."""
-    base, values = g.pristine().clone(), g.values.clone()
-    v = g.view
+    channel-last view is a transposed copy). Its values are a view of its pristine
+    snapshot (on the host), not a third copy changed a second time: they are read only to
+    describe damage."""
+    base, v = g.pristine().clone(), g.view
     view = base.as_strided(v.shape, v.stride(), v.storage_offset())
     with torch.no_grad():
         for t in tokens:
-            for part in (view[..., t], values[..., t]):  # the same arithmetic on both
-                part.mul_(-2.0).add_(1.5)
-    return Guarded(name, base, view.detach(), g.covered, values, base.clone())
+            view[..., t].mul_(-2.0).add_(1.5)
+    pristine = base.clone()
+    values = pristine.as_strided(v.shape, v.stride(), v.storage_offset()).cpu()
+    return Guarded(name, base, view.detach(), g.covered, values, pristine)
 
 
 def fresh_copy(inputs: ForwardInputs) -> ForwardInputs:
