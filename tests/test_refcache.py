@@ -13,16 +13,18 @@ import pytest
 import torch
 from test_layering import imported
 
+from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.tolerances import Policy
 from convmatrix.kernels.builtin.framework import TorchKernel
+from convmatrix.runners.case.bounds import bound_of
 from convmatrix.runners.case.execute import Context, build_inputs, run_case
 from convmatrix.runners.case.inputs import place
 from convmatrix.runners.case.phases import PHASES
 from convmatrix.runners.case.refcache import key as keys
 from convmatrix.runners.case.refcache.cache import ReferenceCache
-from convmatrix.runners.case.refcache.compact import round_up
+from convmatrix.runners.case.refcache.compact import compact, expand, round_up
 from convmatrix.runners.case.refcache.directory import CacheDir
 from convmatrix.runners.case.refcache.footprint import admit, entry_bytes, overhead_bytes
 from convmatrix.runners.case.refcache.key import BoundSpec, cache_key
@@ -168,22 +170,50 @@ def test_the_key_follows_the_version_and_the_blocks(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("x_dtype", "per_element"), [("float32", 26), ("bfloat16", 18), ("float16", 18)]
+    ("x_dtype", "per_element"), [("float32", 16), ("bfloat16", 14), ("float16", 14)]
 )
 def test_an_entry_weighs_what_the_estimate_says(tmp_path, x_dtype, per_element):
-    """Bytes per element of x for fwd_bwd: 26 judged in float32 (r in float64), 18 in
-    bf16/fp16 (r in float32), dx's 2 of them its magnitudes in bfloat16 (what the chunk
-    consistency check allows for its extra rounding); version 1 stored 48 with SiLU."""
+    """Bytes per element of x for fwd_bwd, y's and dx's together: 16 judged in float32 (r split
+    into float32 and an int8 remainder, 5 bytes, a bfloat16 bound, and dx's bfloat16
+    magnitudes), 14 in bf16/fp16 (r in float32); version 3 stored 26 and 18, version 1 48
+    with SiLU."""
     case = replace(CASE, dim=64, seqlen=4096, seq_lens=None, x_dtype=x_dtype,
                    initial_state=None, final_state=False, dfinal=None)  # fmt: skip
     cache = ReferenceCache(tmp_path / "refs")
     judged(case, cache)
     (entry,) = cache.directory.files()
     elements = case.batch * case.dim * case.seqlen
-    r_bytes = (per_element - 2) // 2 - 4  # y and dx: r, a float32 bound; dx its bf16 magnitudes
-    body = elements * (2 * (r_bytes + 4) + 2) + case.dim * (case.width + 1) * 14  # y, dx; dw, db
+    r_bytes = (per_element - 2) // 2 - 2  # y and dx: r and a bfloat16 bound; dx its mags
+    assert r_bytes == (5 if x_dtype == "float32" else 4)
+    body = elements * per_element + case.dim * (case.width + 1) * (5 + 2 + 2)  # dw, db: f32
     assert body <= entry.size <= entry_bytes(case) == body + overhead_bytes(case)
     assert entry.size / elements < per_element + 0.1
+
+
+def test_the_stored_form_never_fails_an_output_the_exact_reference_passes():
+    """r' (the stored r) is within |r - r'| of r and that is added to the bound before it is
+    rounded up: |a - r'| <= |a - r| + |r - r'| <= bound', for an output a at the very edge of
+    the exact bound, in every stored form."""
+    torch.manual_seed(0)
+    for x_dtype in ("float32", "bfloat16", "float64"):
+        case = replace(CASE, x_dtype=x_dtype, w_dtype=x_dtype, seq_lens=None)
+        r = torch.randn(2, 12, 19, dtype=torch.float64) * 1e3
+        mag = r.abs() * 3 + torch.rand(2, 12, 19, dtype=torch.float64)
+        stored = compact(case, None, {"dx": r}, {"dx": Magnitudes(mag, 4)}, SPEC)
+        refs, bounds, mags = expand(case, stored)
+        r1, bound1 = refs["dx"], bounds["dx"]
+        exact = bound_of(r, Magnitudes(mag, 4), SPEC.contract, case, "dx", SPEC.policy)
+        for side in (1.0, -1.0):  # an output exactly one exact bound away, either side
+            a = r + side * exact
+            assert bool(((a - r1).abs() <= bound1).all()), x_dtype
+        assert bool((bound1 >= exact).all())
+        # and not much looser: bfloat16's step (2^-7) and |r - r'| at most
+        assert bool((bound1 <= exact * (1 + 2.0**-7) + (r - r1).abs() * 2 + 1e-300).all())
+        # r' is close: 2^-32 |r| split, 2^-24 |r| in float32, exact in float64
+        close = {"float32": 2.0**-32, "bfloat16": 2.0**-24, "float64": 0.0}[x_dtype]
+        assert bool(((r - r1).abs() <= close * r.abs()).all()), x_dtype
+        # what the chunk check allows for its extra rounding is never below the magnitudes
+        assert bool((mags["dx"] >= mag).all()), x_dtype
 
 
 def test_admission_keeps_the_largest_cases_that_fit_whatever_their_order():
@@ -281,11 +311,8 @@ def test_the_reference_on_the_cpu_device_is_the_host_reference_bit_for_bit(capsy
 
     inputs = build_inputs(CASE, CPU)
     spans = channel_blocks(CASE, inputs)
-    host = list(judged_blocks(CASE, inputs, spans, SPEC))
-    there = list(judged_blocks(CASE, inputs, spans, SPEC, device=CPU))
-    for (_, parts0), (_, parts1) in zip(host, there, strict=True):
-        for d0, d1 in zip(parts0, parts1, strict=True):
-            assert all(torch.equal(d0[k], d1[k]) for k in d0)
+    host = [(b, *p) for b, p in judged_blocks(CASE, inputs, spans, SPEC)]
+    assert_same(host, [(b, *p) for b, p in judged_blocks(CASE, inputs, spans, SPEC, device=CPU)])
     assert main(["selfcheck", "--device", "cpu"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "reference on cpu" in x)
     assert "max|diff| = 0.000e+00  (limit 0e+00)" in line

@@ -1,7 +1,8 @@
 """The reference in the form judging reads it, cached or not: per output, r in its stored
-dtype and the bound rounded up to float32, and for the outputs a chunked call rounds once more
-(``SLACK_OUTPUTS``) their magnitudes rounded up to bfloat16 (``footprint`` says why each is
-exact enough).
+form (``footprint.R_FORMS``: float64; split into float32 and an int8 remainder; or float32),
+the bound widened by what that form moves r and rounded up to bfloat16, and for the outputs
+a chunked call rounds once more (``SLACK_OUTPUTS``) their magnitudes rounded up to bfloat16
+(``footprint`` says why each is exact enough).
 
 ``compact`` turns a computed block (float64 r and magnitudes) into a ``StoredBlock``;
 ``expand`` turns a stored block, computed now or read from an entry, into what the metrics
@@ -17,9 +18,8 @@ import torch
 
 from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
-from convmatrix.core.dtypes import torch_dtype
 from convmatrix.runners.case.bounds import bound_of, zero_floor
-from convmatrix.runners.case.refcache.footprint import SLACK_OUTPUTS, stored_dtype
+from convmatrix.runners.case.refcache.footprint import SLACK_OUTPUTS, r_form
 from convmatrix.runners.case.refcache.key import BoundSpec
 
 __all__ = ["Expanded", "Span", "StoredBlock", "compact", "expand", "round_up"]
@@ -33,15 +33,16 @@ class StoredBlock:
     """One channel block of a case's reference as an entry stores it."""
 
     span: Span
-    refs: dict[str, torch.Tensor] = field(default_factory=dict)  # r in ``stored_dtype``
-    # bound - eta, rounded up to float32 (float64 where float32 would overflow)
+    refs: dict[str, torch.Tensor] = field(default_factory=dict)  # r, or its float32 part
+    lows: dict[str, torch.Tensor] = field(default_factory=dict)  # the rest, int8 (``split``)
+    # bound - eta + |r - r'|, rounded up to bfloat16 (float64 where it would overflow)
     bounds: dict[str, torch.Tensor] = field(default_factory=dict)
     # the magnitudes (sum of |terms|) of ``SLACK_OUTPUTS``, rounded up to bfloat16
     mags: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def parts(self) -> tuple[tuple[str, dict[str, torch.Tensor]], ...]:
         """The block's tensors by part, in the order an entry holds them."""
-        return (("r", self.refs), ("bound", self.bounds), ("mag", self.mags))
+        return (("r", self.refs), ("lo", self.lows), ("bound", self.bounds), ("mag", self.mags))
 
     def cpu(self) -> StoredBlock:
         """The block on the host (what an entry is written from)."""
@@ -58,6 +59,7 @@ class StoredBlock:
 Expanded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]
 
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16}
+BOUND = torch.bfloat16  # what a bound is stored in (``footprint.BOUND_BYTES``)
 
 
 def round_up(b: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -87,23 +89,52 @@ def compact(
     stored form."""
     block = StoredBlock(span)
     for name, r in refs.items():
-        if name in mags:
-            bound = bound_of(r, mags[name], spec.contract, case, name, spec.policy)
-            # >= 0: the bound is eta plus terms >= 0, each sum rounded to nearest (monotone)
-            block.bounds[name] = round_up(bound.sub_(zero_floor(case, name)))
-            if name in SLACK_OUTPUTS and mags[name].mag is not None:
-                block.mags[name] = round_up(mags[name].mag.to(F64), torch.bfloat16)
         # contiguous, as an entry reads back: a reduction over a strided view (dx is one of
         # the extended gradient) sums in another order, and the rms moved in its last bit
-        block.refs[name] = r.to(torch_dtype(stored_dtype(name, case))).contiguous()
+        r = r.to(F64).contiguous()
+        form = r_form(name, case)
+        if form == "float64":
+            block.refs[name] = r
+        else:
+            hi = block.refs[name] = r.to(torch.float32)
+            if form == "split":
+                block.lows[name] = _remainder(r, hi)
+        if name not in mags:
+            continue
+        bound = bound_of(r, mags[name], spec.contract, case, name, spec.policy)
+        moved = _rebuilt(block, name).sub_(r).abs_()  # |r - r'|: 0 where r is float64
+        # >= 0: the bound is eta plus terms >= 0, each sum rounded to nearest (monotone)
+        block.bounds[name] = round_up(bound.sub_(zero_floor(case, name)).add_(moved), BOUND)
+        if name in SLACK_OUTPUTS and mags[name].mag is not None:
+            block.mags[name] = round_up(mags[name].mag.to(F64), torch.bfloat16)
     return block
+
+
+# The int8 remainder of a split r counts units of 2^-31 |hi|: |r - hi| <= 2^-24 |hi| is at
+# most 128 of them (127 kept), so r' = hi + lo 2^-31 hi is within about 2^-32 |r| of r.
+_LO_UNIT, _LO_MAX = 2.0**-31, 127
+
+
+def _remainder(r: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """(r - hi) / hi in units of ``_LO_UNIT``, rounded, as int8 (0 where hi is 0: r' is then
+    0, and the bound takes |r|, as it takes whatever r' misses)."""
+    units = r.sub(hi).div_(hi).mul_(1 / _LO_UNIT).round_()
+    return units.nan_to_num_(0.0).clamp_(-_LO_MAX, _LO_MAX).to(torch.int8)
+
+
+def _rebuilt(block: StoredBlock, name: str) -> torch.Tensor:
+    """r' of ``name`` in float64, a fresh tensor: what every case is judged against."""
+    r = block.refs[name].to(F64, copy=True)
+    if name not in block.lows:
+        return r
+    return r.addcmul_(r, block.lows[name].to(F64), value=_LO_UNIT)  # in place: no fresh pages
 
 
 def expand(case: Case, block: StoredBlock) -> Expanded:
     """(r, bound, slack magnitudes) of each output in float64, as the metrics and the property
     checks take them (the bound is eta again where it was 0: an element expected to be
     exactly 0)."""
-    refs = {name: r.to(F64) for name, r in block.refs.items()}
+    refs = {name: _rebuilt(block, name) for name in block.refs}
     bounds = {
         name: b.to(F64, copy=True).add_(zero_floor(case, name)) for name, b in block.bounds.items()
     }

@@ -5,13 +5,14 @@ checked on every read.
     | zeros to 64 | block 0's tensors (each 64-aligned) | block 1's | ...
 
 The header holds the key's text (``key.Key``) and, per block, its span, its byte range and
-the CRC-32 of that range, and each tensor's output, part (r or bound), dtype, shape and
-offset. Reading maps the file (copy-on-write: the tensors are views of the mapping, nothing
-is copied) and checks a block's CRC-32 over the mapped bytes just before its tensors are
-handed out: the metrics then read those pages hot. CRC-32 finds every damage of up to 32
+the CRC-32 of that range, and each tensor's output, part (r, lo, bound or mag), dtype, shape
+and offset. Reading maps the file (copy-on-write: the tensors are views of the mapping,
+nothing is copied) and checks a block's CRC-32 over the mapped bytes just before its tensors
+are handed out: the metrics then read those pages hot. CRC-32 finds every damage of up to 32
 consecutive bits (one flipped byte always) and misses random damage with probability 2^-32;
-``zlib.crc32`` runs at 1.7 GB/s here, against 0.5 GB/s for BLAKE2b (benchmarks/bench_refcache.py
-measures it). A swapped or copied entry fails on its key, not its CRC.
+``zlib.crc32`` runs at 1.7 GB/s here, against 0.5 GB/s for BLAKE2b
+(benchmarks/bench_refcache.py measures it). A swapped or copied entry fails on its key, not
+its CRC.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from convmatrix.runners.case.refcache.key import Key
 
 __all__ = ["Damaged", "Entry", "write_entry"]
 
-MAGIC = b"CMREF\x00\x00\x03"  # 3: the slack magnitudes (``compact.SLACK_OUTPUTS``)
+MAGIC = b"CMREF\x00\x00\x04"  # 4: r split, bounds in bfloat16 (16 bytes an element)
 _HEAD = struct.Struct("<8sQII")
 _ALIGN = 64
 

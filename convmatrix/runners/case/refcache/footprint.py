@@ -4,27 +4,35 @@ admission rule that keeps a stable subset of a run larger than the cache.
 What judging reads from the reference (``execute._metrics``, ``runners.case.bounds``,
 ``runners.case.metrics``): per output, the reference values r (for |a - r|, its rms, e_rel's
 max(|r|, tau)) and the bound of every element (``bound_of``: the magnitudes enter it only
-through it). So an entry stores, per output:
+through it). So an entry stores, per output (``R_FORMS``):
 
-- r in float64 where the output is judged in float32 (a float32 r would move |a - r| by up to
-  2^-24 |r|, as much as the bound's own output-rounding term u_out |r|), and in float32 where
-  it is judged in float16 or bfloat16: |r - fl32(r)| <= 2^-24 |r| is at most 2^-13 (fp16) or
-  2^-16 (bf16) of u_out |r| <= bound, so a usage moves by at most 1.2e-4 against the verdict's
-  allowance of 2, and e_rel, e_norm by 2^-24 relative;
-- the bound minus the zero floor eta, rounded *up* to float32 (``compact.round_up``): it never
-  tightens, loosens by at most 2^-23 relative, and is 0 exactly where the bound is eta (an
-  element expected to be exactly 0, ``bounds.usage_of``);
+- r in float64 where the output is judged in float64; where it is judged in float32, r
+  *split*: its float32 rounding hi and the rest in int8 units of 2^-31 |hi| (5 bytes; r' is
+  within about 2^-32 |r| of r, 2^-8 of the output's own rounding term u_out |r|); in float32
+  where it is judged in float16 or bfloat16 (|r - r'| <= 2^-24 |r|, at most 2^-13 of
+  u_out |r|);
+- the bound minus the zero floor eta, *plus |r - r'|*, rounded up to bfloat16
+  (``compact.round_up``). Judged from r' under that bound, an output within the bound of the
+  exact r is within it of r' (|a - r'| <= |a - r| + |r - r'|): the stored form never fails
+  an honest output. It loosens the bound by less than 2^-7 (bfloat16's step; the verdict
+  allows ``safety`` = 2 bounds) plus |r - r'|; 0 stays 0 exactly where the bound is eta (an
+  element expected to be exactly 0, ``bounds.usage_of``); a bound below bfloat16's smallest
+  subnormal (2^-133, no real data) rounds up to it;
 - for the outputs a chunk-consistency call rounds once more than the case's own call
   (``SLACK_OUTPUTS``: dx, dw, db, dS, through the state's gradient carried between the two
   chunks and each chunk's partial sums; not y, whose chunks compute the same terms), the
   magnitudes (the sum of |terms|) rounded up to bfloat16: the check allows that extra
   rounding as a unit roundoff times them (``runners.case.agreement``), and an allowance 2^-7
-  larger at most is still one unit roundoff's worth.
+  larger at most is still one unit roundoff's worth. (One number per block in their place,
+  the largest mag / bound, was tried: where a bf16 output accumulates in float32 the bound
+  of a cancelling element is tiny beside its magnitudes, the block's ratio reached 1/gamma,
+  and chunk consistency passed a seeded bug it catches with the magnitudes.)
 
 Cold, warm or off, a case is judged from this form (``compact.expand``), so the three
 verdicts and usages are identical by construction. Bytes per element of x (B*C*L):
-fwd_bwd 26 judged in float32, 18 in bf16/fp16 (y 12 or 8, dx 14 or 10); fwd 12 or 8.
-Version 1 stored r and three magnitudes in float64: 48 for fwd_bwd with SiLU.
+fwd_bwd 16 judged in float32 (y 5 + 2, dx 5 + 2 + 2), 14 in bf16/fp16 (y 4 + 2, dx
+4 + 2 + 2); fwd 7 or 6. Version 3 stored r in float64 (float32 for bf16/fp16) and the bound
+in float32: 26 and 18; version 1, r and three magnitudes in float64: 48.
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from convmatrix.core.case import Case
-from convmatrix.core.dtypes import UNIT_ROUNDOFF
 from convmatrix.core.verdict import judged_dtype
 
 __all__ = [
@@ -45,7 +52,7 @@ __all__ = [
     "entry_bytes",
     "output_sizes",
     "overhead_bytes",
-    "stored_dtype",
+    "r_form",
 ]
 
 # Elements per tensor of one channel block (512 KiB of float64), the unit a reference is
@@ -54,20 +61,21 @@ __all__ = [
 # at C=4128, L=4096 (270 MB each) cost more in page faults and memory traffic than in
 # arithmetic: benchmarks/bench_blocks.py measures the ratio.
 BLOCK_ELEMENTS = 1 << 18
-BOUND_BYTES = 4  # float32 (float64 only where float32 would overflow: never for real data)
+BOUND_BYTES = 2  # bfloat16 (float64 only where it would overflow: never for real data)
+# How r is stored, by the dtype its output is judged in (see the module), and its bytes.
+R_FORMS = {"float64": "float64", "float32": "split", "bfloat16": "float32", "float16": "float32"}
+R_BYTES = {"float64": 8, "split": 5, "float32": 4}
 MAG_BYTES = 2  # bfloat16, of SLACK_OUTPUTS only
 # Outputs whose chunked calls round once more than the case's own (``runners.case.chunks``).
 SLACK_OUTPUTS = frozenset({"dx", "dw", "db", "dS"})
 # An entry's header: its key (about 3 KB) and a row per block (about 200 bytes per output,
 # its two tensors' 64-byte alignment included).
 _HEADER_BYTES, _ROW_BYTES = 4096, 256
-_F32_ENOUGH = 2.0**-11  # unit roundoffs at least this coarse take a float32 r (fp16, bf16)
 
 
-def stored_dtype(output: str, case: Case) -> str:
-    """The dtype r of ``output`` is stored and judged in (see the module)."""
-    coarse = UNIT_ROUNDOFF[judged_dtype(output, case)] >= _F32_ENOUGH
-    return "float32" if coarse else "float64"
+def r_form(output: str, case: Case) -> str:
+    """How r of ``output`` is stored and judged: ``float64``, ``split`` or ``float32``."""
+    return R_FORMS[judged_dtype(output, case)]
 
 
 def output_sizes(case: Case) -> dict[str, int]:
@@ -108,9 +116,8 @@ def entry_bytes(case: Case) -> int:
     sizes = output_sizes(case)
     if not sizes:
         return 0
-    item = {"float32": 4, "float64": 8}
     body = sum(
-        n * (item[stored_dtype(o, case)] + BOUND_BYTES + (MAG_BYTES if o in SLACK_OUTPUTS else 0))
+        n * (R_BYTES[r_form(o, case)] + BOUND_BYTES + (MAG_BYTES if o in SLACK_OUTPUTS else 0))
         for o, n in sizes.items()
     )
     return body + overhead_bytes(case)
