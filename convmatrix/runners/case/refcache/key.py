@@ -32,8 +32,10 @@ __all__ = ["REFERENCE_VERSION", "BoundSpec", "Key", "cache_key"]
 
 # Move this whenever the float64 oracle, the bound model, the channel blocking or the stored
 # form (``footprint``, ``compact``) change what an entry would hold: every entry then misses.
-# 2: r and the bound rounded up to float32 instead of r and magnitudes (version 1).
-REFERENCE_VERSION = 3  # 3: entries hold the slack magnitudes of chunked calls
+# 2: r and the bound rounded up to float32 instead of r and magnitudes (version 1); 3: the
+# slack magnitudes of chunked calls; 4: r split where judged in float32, the bound widened by
+# what the stored r moved and rounded up to bfloat16 (old entries miss, not "damaged").
+REFERENCE_VERSION = 4
 
 
 @dataclass(frozen=True)
