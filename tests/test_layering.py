@@ -210,6 +210,7 @@ def test_commands_that_only_read_never_import_the_orm(tmp_path):
     was a third of their start-up (issue 34's 0.3 s of CPU, docs/benchmarks.md). Nor does a
     stored report, nor a diff printed to the terminal (no ``--out``), import Jinja2."""
     from reports_support import synthetic_results, write_run
+    from runner_helpers import convmatrix_cmd, run
 
     from convmatrix.db import open_database
 
@@ -218,8 +219,8 @@ def test_commands_that_only_read_never_import_the_orm(tmp_path):
     write_run(engine, synthetic_results(20), commit="a" * 40)
     write_run(engine, synthetic_results(20, bug=lambda c: c.seqlen > 64), commit="b" * 40)
     engine.dispose()
-    scanned = _convmatrix(["regressions", "scan", "2", "--db", db])  # writes: the ORM may load
-    assert "(alert 1)" in scanned, scanned
+    scanned = run(convmatrix_cmd("regressions", "scan", "2", "--db", db), tmp_path)
+    assert scanned.returncode == 0 and "(alert 1)" in scanned.stdout, scanned  # the ORM may load
     out = ["--out", str(tmp_path / "out")]
     first = imported(["report", "2", "--db", db, *out], ("sqlalchemy.orm",))  # builds, stores
     assert first == ""
@@ -230,16 +231,8 @@ def test_commands_that_only_read_never_import_the_orm(tmp_path):
     for argv in reading:
         heavy = imported([*argv, "--db", db], ("sqlalchemy.orm", "jinja2"), cwd=tmp_path)
         assert heavy == "", f"{' '.join(argv)}: {heavy}"
-    listed = _convmatrix(["regressions", "--db", db])
+    listed = run(convmatrix_cmd("regressions", "--db", db), tmp_path).stdout
     assert listed.startswith("alert 1:") and "#1 detected" in listed, listed
-
-
-def _convmatrix(argv: list[str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "convmatrix", *argv], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_kernels_are_sorted_by_role_with_few_modules_at_the_top():

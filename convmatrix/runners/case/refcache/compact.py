@@ -22,7 +22,7 @@ from convmatrix.runners.case.bounds import bound_of, zero_floor
 from convmatrix.runners.case.refcache.footprint import SLACK_OUTPUTS, r_form
 from convmatrix.runners.case.refcache.key import BoundSpec
 
-__all__ = ["Expanded", "Span", "StoredBlock", "compact", "expand", "round_up"]
+__all__ = ["Expanded", "Span", "StoredBlock", "compact", "compact_and_expand", "expand", "round_up"]
 
 F64 = torch.float64
 Span = tuple[int, int] | None  # a block's channels [start, stop); None: all of them
@@ -87,27 +87,54 @@ def compact(
 ) -> StoredBlock:
     """A computed block (float64 r; magnitudes of the outputs that have a bound) in its
     stored form."""
-    block = StoredBlock(span)
+    return _compacted(case, span, refs, mags, spec)[0]
+
+
+def compact_and_expand(
+    case: Case,
+    span: Span,
+    refs: dict[str, torch.Tensor],
+    mags: dict[str, Magnitudes],
+    spec: BoundSpec,
+) -> tuple[StoredBlock, Expanded]:
+    """``compact``, and ``expand`` of its result, with each r' rebuilt once (the bound needs
+    it too): a block computed now, stored or not."""
+    block, rebuilt = _compacted(case, span, refs, mags, spec)
+    return block, expand(case, block, rebuilt)
+
+
+def _compacted(
+    case: Case,
+    span: Span,
+    refs: dict[str, torch.Tensor],
+    mags: dict[str, Magnitudes],
+    spec: BoundSpec,
+) -> tuple[StoredBlock, dict[str, torch.Tensor]]:
+    """The stored block and r' (float64) of each output, what judging reads."""
+    block, rebuilt = StoredBlock(span), {}
     for name, r in refs.items():
         # contiguous, as an entry reads back: a reduction over a strided view (dx is one of
         # the extended gradient) sums in another order, and the rms moved in its last bit
         r = r.to(F64).contiguous()
         form = r_form(name, case)
         if form == "float64":
-            block.refs[name] = r
+            block.refs[name] = rebuilt[name] = r  # r' is r
         else:
             hi = block.refs[name] = r.to(torch.float32)
             if form == "split":
                 block.lows[name] = _remainder(r, hi)
+            rebuilt[name] = _rebuilt(block, name)
         if name not in mags:
             continue
-        bound = bound_of(r, mags[name], spec.contract, case, name, spec.policy)
-        moved = _rebuilt(block, name).sub_(r).abs_()  # |r - r'|: 0 where r is float64
         # >= 0: the bound is eta plus terms >= 0, each sum rounded to nearest (monotone)
-        block.bounds[name] = round_up(bound.sub_(zero_floor(case, name)).add_(moved), BOUND)
+        bound = bound_of(r, mags[name], spec.contract, case, name, spec.policy)
+        bound.sub_(zero_floor(case, name))
+        if form != "float64":
+            bound.add_(rebuilt[name].sub(r).abs_())  # |r - r'|
+        block.bounds[name] = round_up(bound, BOUND)
         if name in SLACK_OUTPUTS and mags[name].mag is not None:
             block.mags[name] = round_up(mags[name].mag.to(F64), torch.bfloat16)
-    return block
+    return block, rebuilt
 
 
 # The int8 remainder of a split r counts units of 2^-31 |hi|: |r - hi| <= 2^-24 |hi| is at
@@ -130,11 +157,14 @@ def _rebuilt(block: StoredBlock, name: str) -> torch.Tensor:
     return r.addcmul_(r, block.lows[name].to(F64), value=_LO_UNIT)  # in place: no fresh pages
 
 
-def expand(case: Case, block: StoredBlock) -> Expanded:
+def expand(
+    case: Case, block: StoredBlock, rebuilt: dict[str, torch.Tensor] | None = None
+) -> Expanded:
     """(r, bound, slack magnitudes) of each output in float64, as the metrics and the property
     checks take them (the bound is eta again where it was 0: an element expected to be
-    exactly 0)."""
-    refs = {name: _rebuilt(block, name) for name in block.refs}
+    exactly 0). ``rebuilt``: r' of the outputs already rebuilt (``compact_and_expand``)."""
+    given = rebuilt or {}
+    refs = {name: given[name] if name in given else _rebuilt(block, name) for name in block.refs}
     bounds = {
         name: b.to(F64, copy=True).add_(zero_floor(case, name)) for name, b in block.bounds.items()
     }
