@@ -126,6 +126,42 @@ def test_packed_isolation_catches_a_kernel_that_ignores_seq_idx():
     assert not prop.passed and "changing even samples" in prop.detail
 
 
+PACKED_CHECKS = dict(op="fwd", seq_lens=(5, 6, -1, 7), checks=("causality", "packed_isolation"))
+
+
+def test_one_changed_forward_serves_causality_and_packed_isolation():
+    r = run_case(case(**PACKED_CHECKS), Context(TorchKernel()))
+    props = {p.name: p for p in r.properties}
+    assert props["causality"].passed and props["packed_isolation"].passed
+    # the one changed forward is causality's; packed isolation judges its y
+    assert (props["causality"].forward_calls, props["packed_isolation"].forward_calls) == (1, 0)
+    # samples [0,5) [5,11) pad [11,12) [12,19): the cut is L/2 = 9, its next time step in the
+    # same sample (1), which has a sample after it: y[:10] kept, the odd samples changed after
+    assert props["causality"].detail == "y[:10] unchanged"
+    assert props["packed_isolation"].detail == "the other samples unchanged"
+
+
+@pytest.mark.parametrize(
+    "kernel, caught",
+    [
+        (bad_kernels.NonCausal, {"causality"}),
+        (bad_kernels.LooksAheadInSample, {"causality"}),
+        (bad_kernels.LeaksAcrossSamples, {"packed_isolation"}),
+    ],
+)
+def test_the_shared_change_catches_what_each_check_caught_alone(kernel, caught):
+    """A look-ahead inside a sample shows at the cut alone (the sample ends are masked); a
+    leak across samples in the kept samples after a changed one; each bug is also caught
+    when its check runs alone."""
+    shared = run_case(case(**PACKED_CHECKS), Context(kernel()))
+    failed = {p.name: p.detail for p in shared.properties if not p.passed}
+    assert set(failed) == caught
+    assert all("changing x[10:] of the odd samples" in d for d in failed.values())
+    for name in caught:
+        alone = run_case(case(**{**PACKED_CHECKS, "checks": (name,)}), Context(kernel()))
+        assert not next(p for p in alone.properties if p.name == name).passed
+
+
 def test_chunk_consistency_splits_inside_a_sample_and_agrees_for_torch():
     c = case(seq_lens=(9, 10), checks=("chunk_consistency",), **FULL)
     r = run_case(c, Context(TorchKernel()))

@@ -151,6 +151,8 @@ class MainCall:
     outputs: dict[str, torch.Tensor]
     calls: Calls = field(default_factory=Calls)
     made: list[Guarded] = field(default_factory=list)  # inputs a check built: guarded too
+    # y of a changed forward by the changed time steps, for the checks that share one
+    changed: dict[tuple[tuple[int, int], ...], torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass

@@ -3,7 +3,8 @@
 - guards: the storage around every view is still NaN, inputs hold their values, and an update
   touched no pool row that no slot names;
 - causality: changing only future inputs ``x[t+1:]`` leaves ``y[:t+1]`` unchanged;
-- packed isolation: changing every other packed sample leaves the samples between unchanged;
+- packed isolation: changing every other packed sample leaves the samples between unchanged
+  (on a packed case that asks for both, one changed forward serves causality too: ``Change``);
 - chunk consistency: two chunks with the state carried across (and its gradient flowing back)
   equal one whole call, forward and backward.
 
@@ -61,17 +62,77 @@ __all__ = [
 ]
 
 
-def _perturbed_forward(
-    kernel: Any, case: Case, main: MainCall, changed: list[slice]
-) -> torch.Tensor:
-    """y of the main call's forward (same arguments) on x with the time steps ``changed``
-    replaced, in a copy of x's storage (same layout, gaps and guard bands)."""
+@dataclass(frozen=True)
+class Change:
+    """The time steps of x one changed forward replaces (``tokens``), and what each check
+    keeps: causality ``y[:cut+1]``, packed isolation the time steps in ``kept``.
+
+    On a packed case that asks for both checks, one changed forward serves the two (their
+    kernel calls are most of what the checks cost): the samples of one parity are changed
+    after a cut inside one of them that has a sample after it. A look-ahead then shows at
+    the cut (the next time step is in the same changed sample) and at the end of every kept
+    sample before a changed one; a leak across samples, in every kept sample after a changed
+    one. Alone, each check changes what it always did: causality every time step after the
+    middle, packed isolation the even-numbered samples.
+    """
+
+    tokens: tuple[tuple[int, int], ...]  # (start, stop) of each changed run of time steps
+    cut: int
+    kept: torch.Tensor | None
+    label: str
+
+
+def _spans(mask: torch.Tensor) -> tuple[tuple[int, int], ...]:
+    return tuple((r.start, r.stop) for r in runs(mask))
+
+
+def change_for(case: Case, main: MainCall, check: str) -> Change:
+    """The change ``check`` (causality or packed isolation) makes on ``case`` (``Change``)."""
+    length = main.inputs.x.values.shape[2]
+    middle = length // 2
+    alone = Change(((middle + 1, length),), middle, None, f"changing x[{middle + 1}:]")
+    if main.inputs.seq_idx is None:
+        return alone
+    ids = main.inputs.seq_idx[0].cpu()
+    samples = _samples(ids)  # (id, start, stop), in order
+    # a cut with cut + 1 in the same sample, one with a sample after it, nearest the middle
+    fits = []
+    for sid, start, stop in samples[:-1]:
+        if stop - start >= 2:
+            cut = min(max(middle, start), stop - 2)
+            fits.append((abs(cut - middle), cut, sid))
+    if not fits or not {"causality", "packed_isolation"} <= set(case.checks):
+        if check == "causality":
+            return alone
+        even, odd = (ids >= 0) & (ids % 2 == 0), (ids >= 0) & (ids % 2 == 1)
+        return Change(_spans(even), middle, odd, "changing even samples")
+    _, cut, sid = min(fits)
+    same = (ids >= 0) & (ids % 2 == sid % 2)
+    changed = same & (torch.arange(ids.numel()) > cut)
+    which = "odd" if sid % 2 else "even"
+    label = f"changing x[{cut + 1}:] of the {which} samples"
+    return Change(_spans(changed), cut, (ids >= 0) & ~same, label)
+
+
+def _samples(ids: torch.Tensor) -> list[tuple[int, int, int]]:
+    """A packed row's samples: (id, start, stop), padding (id < 0) left out."""
+    starts = [0, *(torch.nonzero(ids[1:] != ids[:-1]).flatten() + 1).tolist()]
+    stops = [*starts[1:], ids.numel()]
+    return [(int(ids[a]), a, b) for a, b in zip(starts, stops, strict=True) if ids[a] >= 0]
+
+
+def _changed_forward(kernel: Any, case: Case, main: MainCall, change: Change) -> torch.Tensor:
+    """y of the main call's forward (same arguments) on x with ``change``'s time steps
+    replaced, in a copy of x's storage (same layout, gaps and guard bands); made once per
+    change, the checks that share it reuse it (``MainCall.changed``)."""
+    if change.tokens in main.changed:
+        return main.changed[change.tokens]
     fi = main.inputs
-    new = changed_copy(fi.x, "x'", changed)
+    new = changed_copy(fi.x, "x'", [slice(a, b) for a, b in change.tokens])
     main.made.append(new)
     with torch.no_grad():
         main.calls.forward += 1
-        return call_forward(
+        y = call_forward(
             kernel,
             case,
             new.view,
@@ -81,6 +142,8 @@ def _perturbed_forward(
             fi.seq_idx,
             bool(case.final_state),
         )[0]
+    main.changed[change.tokens] = y
+    return y
 
 
 def _unaffected(
@@ -105,31 +168,29 @@ def _unaffected(
 def causality(
     kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
 ) -> PendingAgreement:
-    length = main.inputs.x.values.shape[2]
-    cut = length // 2  # keep y[:cut+1], change x[cut+1:]
-    after = _perturbed_forward(kernel, case, main, [slice(cut + 1, None)])
+    change = change_for(case, main, "causality")
+    after = _changed_forward(kernel, case, main, change)
+    keep = change.cut + 1
     return _unaffected(
-        f"changing x[{cut + 1}:]", kernel, policy, main, after,
-        lambda t: t[..., : cut + 1], f"y[:{cut + 1}] unchanged",
+        change.label, kernel, policy, main, after,
+        lambda t: t[..., :keep], f"y[:{keep}] unchanged",
     )  # fmt: skip
 
 
 def packed_isolation(
     kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
 ) -> PendingAgreement:
-    """Change the even-numbered samples (and the state, which belongs to sample 0); the
-    odd-numbered samples' outputs must not move."""
-    assert main.inputs.seq_idx is not None
-    ids = main.inputs.seq_idx[0].cpu()
-    changed = (ids >= 0) & (ids % 2 == 0)
-    kept = (ids >= 0) & (ids % 2 == 1)
-    if not bool(kept.any()):
+    """Change the samples of one parity (after a cut, where causality shares the call); the
+    other parity's samples' outputs must not move."""
+    change = change_for(case, main, "packed_isolation")
+    assert change.kept is not None
+    if not bool(change.kept.any()):
         return PendingAgreement(main.calls, "only one sample: nothing to isolate")
-    after = _perturbed_forward(kernel, case, main, runs(changed))
-    kept = kept.to(after.device)
+    after = _changed_forward(kernel, case, main, change)
+    kept = change.kept.to(after.device)
     return _unaffected(
-        "changing even samples", kernel, policy, main, after,
-        lambda t: t[..., kept.to(t.device)], "odd samples unchanged",
+        change.label, kernel, policy, main, after,
+        lambda t: t[..., kept.to(t.device)], "the other samples unchanged",
     )  # fmt: skip
 
 
@@ -151,7 +212,7 @@ def run_property(
     if refused:
         return PendingAgreement(Calls(), result=not_applicable(name, refused))
     calls = Calls()
-    own = MainCall(main.inputs, main.outputs, calls)
+    own = MainCall(main.inputs, main.outputs, calls, changed=main.changed)
     with recording_placed() as placed:
         try:
             pending = PROPERTIES[name](kernel, case, policy, device, own)

@@ -106,6 +106,22 @@ class NonCausal(TorchKernel):
         return super().forward(ahead, weight, bias, **kwargs)
 
 
+class LooksAheadInSample(TorchKernel):
+    """Reads one token ahead inside a packed sample only (the sample's last token reads
+    itself): a look-ahead that seq_idx masking hides at every sample boundary."""
+
+    name = "ahead_in_sample"
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        ahead = torch.cat([x[..., 1:], x[..., -1:]], dim=-1)
+        seq = kwargs.get("seq_idx")
+        if seq is not None:
+            last = torch.ones_like(seq, dtype=torch.bool)
+            last[:, :-1] = seq[:, 1:] != seq[:, :-1]
+            ahead = torch.where(last[:, None, :], x, ahead)
+        return super().forward(ahead, weight, bias, **kwargs)
+
+
 class LeaksAcrossSamples(TorchKernel):
     """Ignores seq_idx: packed samples read their predecessor's tokens."""
 
