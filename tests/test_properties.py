@@ -175,6 +175,60 @@ def test_damage_by_one_checks_calls_fails_that_check_alone_and_is_repaired():
     assert not chunk.passed and chunk.detail.startswith("guards broken by this check's calls")
 
 
+class SeesX(TorchKernel):
+    """Keeps what each forward call received as x: its values, strides and storage."""
+
+    name = "sees_x"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[torch.Tensor, tuple[int, ...], int]] = []
+
+    def forward(self, x, *args, **kwargs):
+        self.seen.append((x.detach().clone(), x.stride(), x.data_ptr()))
+        return super().forward(x, *args, **kwargs)
+
+
+class WritesXOnSecondCall(TorchKernel):
+    name = "writes_x_once"
+    calls = 0
+
+    def forward(self, x, *args, **kwargs):
+        self.calls += 1
+        if self.calls == 2:
+            with torch.no_grad():
+                x[..., 0] = 0.0
+        return super().forward(x, *args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "layout, gap",
+    [("channel_first", None), ("channel_last", "channel_slice"), ("channel_first", "row_pad")],
+)
+def test_the_changed_forward_negates_x_where_it_lies_and_puts_it_back(layout, gap):
+    c = Case("t", "fwd", 4, 12, 2, seqlen=19, layout=layout, gap=gap, checks=("causality",))
+    kernel = SeesX()
+    result = run_case(c, Context(kernel))
+    assert _props(result)["guards"].passed and _props(result)["causality"].passed
+    (main_x, stride, ptr), (changed_x, changed_stride, changed_ptr) = kernel.seen
+    cut = c.seqlen // 2  # y[:cut+1] kept, x[cut+1:] changed
+    expected = main_x.clone()
+    expected[..., cut + 1 :] = -expected[..., cut + 1 :]
+    assert torch.equal(changed_x, expected)
+    assert (changed_stride, changed_ptr) == (stride, ptr)  # the case's own placement
+    # put back bit for bit: the guards after the check found x as placed (asserted above)
+
+
+def test_a_write_into_x_on_the_changed_call_fails_that_check_and_is_repaired():
+    c = Case("t", "fwd", 4, 12, 2, seqlen=19, checks=("causality", "chunk_consistency"))
+    props = _props(run_case(c, Context(WritesXOnSecondCall())))
+    assert props["guards"].passed and props["chunk_consistency"].passed
+    detail = props["causality"].detail
+    assert not props["causality"].passed and detail.startswith("guards broken by this check's")
+    # x[..., 0] of every row (2 x 12) written
+    assert "x: 24 element(s) modified (first at [0, 0, 0])" in detail
+
+
 def test_the_calls_are_stored_and_read_back(tmp_path, sqlite_url):
     done = run(convmatrix_cmd("run", "--matrix", str(TINY), "--kernel", "torch", "-n", "0",
                               "--db", sqlite_url), tmp_path)  # fmt: skip
@@ -185,3 +239,20 @@ def test_the_calls_are_stored_and_read_back(tmp_path, sqlite_url):
     for r in stored:
         assert _calls(r)["causality"] == (1, 0) and _calls(r)["chunk_consistency"] == (2, 2)
         assert CaseResult.from_json(r.to_json()).properties == r.properties
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64, torch.bool])
+@pytest.mark.parametrize(
+    "shape, order", [((1, 8, 6), (0, 2, 1)), ((2, 8, 6), (0, 2, 1)), ((2, 6, 8), (0, 1, 2))]
+)
+def test_same_bits_compares_time_spans_of_either_layout(dtype, shape, order):
+    """The fast comparison of the checks (words in memory order) against torch.equal, on
+    spans of channel-last and channel-first outputs: one changed element at time step 2."""
+    from convmatrix.runners.case.guards import same_bits
+
+    a = (torch.randn(shape) * 3).to(dtype).permute(order)
+    b = torch.empty_strided(a.shape, a.stride(), dtype=dtype).copy_(a)
+    b[0, 1, 2] = ~b[0, 1, 2] if dtype == torch.bool else b[0, 1, 2] + 1
+    for start, stop in [(0, a.shape[-1]), (1, 3), (2, 5), (3, a.shape[-1])]:
+        span = (a[..., start:stop], b[..., start:stop])
+        assert same_bits(*span) == torch.equal(*span) == (not start <= 2 < stop)

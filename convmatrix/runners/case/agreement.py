@@ -17,9 +17,17 @@ import torch
 
 from convmatrix.core.records import PropertyResult
 from convmatrix.runners.case.bounds import bound_usage
-from convmatrix.runners.case.inputs import ForwardInputs, Guarded
+from convmatrix.runners.case.guards import same_bits
+from convmatrix.runners.case.inputs import ForwardInputs
 
-__all__ = ["Agreement", "Calls", "MainCall", "PendingAgreement", "identical", "largest_diff"]
+__all__ = [
+    "Agreement",
+    "Calls",
+    "MainCall",
+    "PendingAgreement",
+    "identical",
+    "largest_diff",
+]
 
 F64 = torch.float64
 
@@ -63,7 +71,9 @@ class Agreement:
     call (chunks: each chunk's partial result and the carried state's gradient).
 
     ``select`` picks the compared elements from a block of either tensor and of the bound
-    (None: all of them). ``add`` sees one channel block at a time; ``problem`` is the verdict.
+    (None: all of them); ``span`` says which time steps of ``main`` (and of the bound) ``got``
+    holds (None: all): a chunk's output is judged where it lies, with no joined copy of the
+    chunks. ``add`` sees one channel block at a time; ``problem`` is the verdict.
     Only the elements that differ are divided by their bound (an equal pair is 0 bounds
     apart whatever its bound): a chunked dx differs near the split alone.
     """
@@ -75,6 +85,7 @@ class Agreement:
     allowed: float
     slack: float = 0.0
     select: Select | None = None
+    span: tuple[int, int] | None = None
     usage: float = 0.0
     worst: tuple[float, list[int]] | None = None  # largest |diff| and where, once over
     judged: bool = False  # shown at least one block (an agreement never shown is a harness bug)
@@ -89,14 +100,15 @@ class Agreement:
         reference's device)."""
         self.judged = True
         if self.same is None:  # often so (y and dx of chunks): then no block needs a bound
-            got, main = self.got.detach(), self.main.detach()
+            got, main = self.got.detach(), self._time(self.main.detach())
             if self.select is not None:
                 got, main = self.select(got), self.select(main)
-            self.same = got.dtype == main.dtype and torch.equal(got, main)
+            self.same = same_bits(got, main)
         if self.same:
             return
-        got, main = _channels(self.got, block, dim), _channels(self.main, block, dim)
-        extra = mag if self.slack and mag is not None else None
+        got, main = _channels(self.got, block, dim), self._time(_channels(self.main, block, dim))
+        bound = self._time(bound)
+        extra = self._time(mag) if self.slack and mag is not None else None
         if self.select is not None:
             got, main, bound = self.select(got), self.select(main), self.select(bound)
             extra = None if extra is None else self.select(extra)
@@ -114,7 +126,13 @@ class Agreement:
             if self.worst is None or diff > self.worst[0]:
                 if block is not None:  # a select keeps the channel dimension
                     where[dim] += block.start
+                if self.span is not None:
+                    where[-1] += self.span[0]
                 self.worst = diff, where
+
+    def _time(self, t: torch.Tensor) -> torch.Tensor:
+        """``t``'s time steps that ``got`` holds."""
+        return t if self.span is None else t[..., self.span[0] : self.span[1]]
 
     def problem(self) -> str | None:
         """None when every block agreed, else the usage and the largest difference."""
@@ -150,7 +168,6 @@ class MainCall:
     inputs: ForwardInputs
     outputs: dict[str, torch.Tensor]
     calls: Calls = field(default_factory=Calls)
-    made: list[Guarded] = field(default_factory=list)  # inputs a check built: guarded too
     # y of a changed forward by the changed time steps, for the checks that share one
     changed: dict[tuple[tuple[int, int], ...], torch.Tensor] = field(default_factory=dict)
 

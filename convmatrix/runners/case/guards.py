@@ -17,10 +17,8 @@ import torch
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.records import PropertyResult
 from convmatrix.runners.case.inputs import ForwardInputs, Guarded, UpdateInputs
-from convmatrix.runners.case.inputs import _bits as bits  # the comparison value_damage makes
 
 __all__ = [
-    "changed_copy",
     "check_guards",
     "damage",
     "fresh_copy",
@@ -28,26 +26,38 @@ __all__ = [
     "keep_pristine",
     "restore",
     "runs",
+    "same_bits",
 ]
 
 
-def _words(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous 1-D storage's bits as the widest integers its size allows: comparing
-    8-byte words is 3x faster than 2-byte halves (torch.equal, one thread)."""
-    raw = bits(t)
-    nbytes = t.numel() * t.element_size()
-    for word in (torch.int64, torch.int32):
-        if nbytes % word.itemsize == 0 and t.dim() == 1 and t.is_contiguous():
-            return raw.view(torch.uint8).view(word)
-    return raw
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same bits (an answer of False may still be equal
+    values: -0.0 and 0.0, NaNs). Laid out alike, they are compared in memory order as the
+    widest integers their rows allow: a guarded storage, a time span of a channel-last
+    output (dense) or of a channel-first one (rows): 2.5-4x faster than ``torch.equal``
+    on 2-byte elements through the logical strides."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.numel() and a.stride() == b.stride():
+        order = sorted(range(a.dim()), key=lambda d: -a.stride(d))
+        pa, pb = a.permute(order), b.permute(order)
+        if pa.is_contiguous() and pb.is_contiguous():
+            pa, pb = pa.reshape(-1), pb.reshape(-1)
+        if pa.stride(-1) == 1:
+            for word in (torch.int64, torch.int32, torch.int16):
+                try:
+                    wa, wb = pa.view(torch.uint8).view(word), pb.view(torch.uint8).view(word)
+                except RuntimeError:  # rows, offset or strides not a whole number of words
+                    continue
+                return torch.equal(wa, wb)
+    return torch.equal(a, b)
 
 
 def intact(g: Guarded) -> bool:
     """Whether the storage is bit for bit as ``place`` left it (``Guarded.pristine``): then
     the view holds its values and every element outside it is NaN. (A gap holding another
     NaN is not intact here, yet no damage: ``damage`` asks the element-by-element checks.)"""
-    now, then = g.base.detach(), g.pristine()
-    return now.dtype == then.dtype and torch.equal(_words(now), _words(then))
+    return same_bits(g.base.detach(), g.pristine())
 
 
 def keep_pristine(inputs: ForwardInputs | UpdateInputs) -> None:
@@ -98,24 +108,6 @@ def runs(mask: torch.Tensor) -> list[slice]:
                        append=torch.zeros(1, dtype=torch.int8))  # fmt: skip
     starts, stops = torch.nonzero(edges == 1).flatten(), torch.nonzero(edges == -1).flatten()
     return [slice(int(a), int(b)) for a, b in zip(starts, stops, strict=True)]
-
-
-def changed_copy(g: Guarded, name: str, tokens: list[slice]) -> Guarded:
-    """A copy of ``g`` (same storage layout, gaps and guard bands) whose time steps in
-    ``tokens`` hold other values (x -> 1.5 - 2x, rounded to x's dtype): what causality and packed
-    isolation call the kernel on. Copied from ``g``'s pristine storage and changed in place,
-    in the storage's own order, rather than placed anew through the view's strides (a
-    channel-last view is a transposed copy). Its values are a view of its pristine
-    snapshot (on the host), not a third copy changed a second time: they are read only to
-    describe damage."""
-    base, v = g.pristine().clone(), g.view
-    view = base.as_strided(v.shape, v.stride(), v.storage_offset())
-    with torch.no_grad():
-        for t in tokens:
-            view[..., t].mul_(-2.0).add_(1.5)
-    pristine = base.clone()
-    values = pristine.as_strided(v.shape, v.stride(), v.storage_offset()).cpu()
-    return Guarded(name, base, view.detach(), g.covered, values, pristine)
 
 
 def fresh_copy(inputs: ForwardInputs) -> ForwardInputs:

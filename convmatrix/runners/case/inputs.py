@@ -65,9 +65,8 @@ class Guarded:
     """A strided view handed to a kernel, the NaN-filled buffer behind it, and its values.
 
     ``view`` has the logical shape; ``base`` is the 1-D storage; ``covered`` marks the elements
-    of ``base`` the view owns; ``values`` (CPU, in the buffer's dtype; contiguous where
-    ``place`` made them, a strided view of the snapshot in a property check's changed copy,
-    ``guards.changed_copy``) is what the view held before the call.
+    of ``base`` the view owns; ``values`` (CPU, in the buffer's dtype) is what the view held
+    before the call.
     """
 
     name: str
