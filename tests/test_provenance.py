@@ -92,6 +92,27 @@ def test_an_installed_kernel_records_its_distribution_version(tmp_path, on_path)
     )
 
 
+def _dist_info(root: Path, dist: str, version: str, provides: str) -> None:
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"  # as pip names it
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(f"{provides}\n")
+    (info / "RECORD").write_text(f"{provides}/__init__.py,,\n")
+
+
+def test_the_distribution_is_the_one_that_provides_the_package(tmp_path, on_path):
+    """cmk_other's distribution is named otherwise (as PyYAML provides yaml), and a
+    distribution named cmk_other exists that provides another package: the version recorded
+    is the providing one's, found through every distribution's file list."""
+    site = tmp_path / "site-packages"
+    _package(site, "cmk_other")
+    _dist_info(site, "cmk-provider", "4.5.6", provides="cmk_other")
+    _dist_info(site, "cmk_other", "9.9.9", provides="cmk_unrelated")
+    on_path(site)
+    identity = kernel_identity(load("cmk_other:Kernel"))
+    assert (identity.distribution, identity.version) == ("cmk-provider", "4.5.6")
+
+
 def test_a_package_ignored_by_the_checkout_around_it_is_not_given_that_head(tmp_path, on_path):
     """The .venv trap: site-packages inside a git checkout that does not track it."""
     repo = tmp_path / "project"

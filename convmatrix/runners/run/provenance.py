@@ -83,8 +83,20 @@ def _module_file(name: str) -> str | None:
 
 
 def _distribution(name: str) -> tuple[str | None, str | None]:
-    """(distribution, version) providing the top-level package of module ``name``."""
+    """(distribution, version) providing the top-level package of module ``name``.
+
+    A distribution named as the package that does not say it provides another is taken at
+    once: ``packages_distributions`` reads every installed distribution's file list, 0.3-0.4 s
+    of each run's start-up (every worker's too) with 150 packages installed."""
     top = name.partition(".")[0]
+    try:
+        named = metadata.distribution(top)
+    except metadata.PackageNotFoundError:
+        named = None
+    if named is not None:
+        listed = (named.read_text("top_level.txt") or "").split()
+        if not listed or top in listed:
+            return named.metadata["Name"], named.version
     candidates = [*metadata.packages_distributions().get(top, []), top]
     for dist in candidates:
         try:

@@ -37,6 +37,9 @@ def pytest_args(request: RunOptions, n_cases: int, verbose: int = 0) -> list[str
     # No log capture (pytest's logging plugin costs about a millisecond a case): results travel
     # as user_properties, and what a kernel prints is bounded (runners.case.output).
     args += ["-p", "no:cacheprovider", "-p", "no:logging", "--tb=no", "-rN"]
+    # Nor pytest's unraisable-exception plugin: it runs gc.collect() at unconfigure and at
+    # cleanup, 0.1-0.25 s each with torch's objects in the heap, in every process of a run.
+    args += ["-p", "no:unraisableexception"]
     # Only the plugins a run needs (see _only_our_plugins): xdist and ours.
     args += ["-p", "xdist.plugin", "-p", "convmatrix.runners.executors.xdist.plugin"]
     args += ["-v"] * verbose if verbose else ["-q"]
