@@ -152,3 +152,37 @@ def test_non_contiguous_outputs_are_measured_as_they_are():
     assert not a.is_contiguous()
     m = error_metrics(a, r)
     assert (m.e_abs, m.worst_index) == (0.5, [1, 2, 3])
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 1, 4), (2, 3, 4, 5)])
+def test_unravel_gives_torchs_index_of_every_element(shape):
+    from convmatrix.runners.case.metrics import unravel
+
+    n = math.prod(shape)
+    for flat in range(n):
+        assert unravel(flat, shape) == [
+            int(i) for i in torch.unravel_index(torch.tensor(flat), shape)
+        ]
+
+
+def test_an_output_in_one_block_gets_the_same_metrics_without_the_second_pass():
+    """One block: e_rel divides the kept |a - r| (not recomputed, not changed in place); many
+    blocks: each recomputed. Same numbers either way (the blocks see the same elements)."""
+    from convmatrix.runners.case.metrics import ErrorSums, abs_diff
+
+    g = torch.Generator().manual_seed(3)
+    r = torch.randn(4, 6, 10, generator=g, dtype=torch.float64)
+    a = (r + 1e-3 * torch.randn(4, 6, 10, generator=g, dtype=torch.float64)).float()
+    whole = ErrorSums(tuple(r.shape), 1)
+    diff = abs_diff(a, r)
+    kept = diff.clone()
+    whole.add(None, a, r, diff)
+    blocked = ErrorSums(tuple(r.shape), 1)
+    for block in (slice(0, 2), slice(2, 6)):
+        blocked.add(block, a[:, block], r[:, block], None)
+    for tau in (0.0, 0.5):
+        one, many = whole.metrics(a, tau), blocked.metrics(a, tau)
+        # tau is the rms of r summed per block or at once: equal to rounding (1e-12 relative)
+        assert one.e_rel == pytest.approx(many.e_rel, rel=1e-12) and one.e_rel > 0
+        assert (one.e_abs, one.worst_index) == (many.e_abs, many.worst_index)
+    assert torch.equal(diff, kept)  # the caller's |a - r| is left as it was

@@ -19,6 +19,7 @@ from convmatrix.core.records import PropertyResult
 from convmatrix.runners.case.bounds import bound_usage
 from convmatrix.runners.case.guards import same_bits
 from convmatrix.runners.case.inputs import ForwardInputs
+from convmatrix.runners.case.metrics import unravel
 
 __all__ = [
     "Agreement",
@@ -42,7 +43,7 @@ def largest_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, list[int]]:
     both_nan = torch.isnan(a64) & torch.isnan(b64)
     diff = torch.where(both_nan, 0.0, torch.nan_to_num(diff, nan=float("inf")))
     flat = int(torch.argmax(diff))
-    where = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
+    where = unravel(flat, diff.shape)
     return float(diff.reshape(-1)[flat]), where
 
 
