@@ -24,6 +24,7 @@ from convmatrix.runners.case.metrics import unravel
 __all__ = [
     "Agreement",
     "Calls",
+    "Changed",
     "MainCall",
     "PendingAgreement",
     "identical",
@@ -169,8 +170,20 @@ class MainCall:
     inputs: ForwardInputs
     outputs: dict[str, torch.Tensor]
     calls: Calls = field(default_factory=Calls)
-    # y of a changed forward by the changed time steps, for the checks that share one
-    changed: dict[tuple[tuple[int, int], ...], torch.Tensor] = field(default_factory=dict)
+    # the changed forwards by their changed time steps, for the checks that share one
+    changed: dict[tuple[tuple[int, int], ...], Changed] = field(default_factory=dict)
+
+
+@dataclass
+class Changed:
+    """A changed forward's y, and the time spans of it already found identical to the main
+    y (a check sharing the call compares only what another has not)."""
+
+    y: torch.Tensor
+    same: list[tuple[int, int]] = field(default_factory=list)
+
+    def unseen(self, spans: tuple[tuple[int, int], ...]) -> list[tuple[int, int]]:
+        return [(a, b) for a, b in spans if not any(c <= a and b <= d for c, d in self.same)]
 
 
 @dataclass

@@ -41,6 +41,7 @@ from convmatrix.core.tolerances import Policy
 from convmatrix.runners.case.agreement import (
     Agreement,
     Calls,
+    Changed,
     MainCall,
     PendingAgreement,
     identical,
@@ -130,7 +131,7 @@ def _samples(ids: torch.Tensor) -> list[tuple[int, int, int]]:
     return [(int(ids[a]), a, b) for a, b in zip(starts, stops, strict=True) if ids[a] >= 0]
 
 
-def _changed_forward(kernel: Any, case: Case, main: MainCall, change: Change) -> torch.Tensor:
+def _changed_forward(kernel: Any, case: Case, main: MainCall, change: Change) -> Changed:
     """y of the main call's forward (same arguments) on x with ``change``'s time steps
     negated; made once per change, the checks that share it reuse it (``MainCall.changed``).
 
@@ -160,8 +161,8 @@ def _changed_forward(kernel: Any, case: Case, main: MainCall, change: Change) ->
             )[0]
         finally:
             _negate(x, change.tokens)
-    main.changed[change.tokens] = y
-    return y
+    main.changed[change.tokens] = Changed(y)
+    return main.changed[change.tokens]
 
 
 def _negate(x: torch.Tensor, tokens: Spans) -> None:
@@ -174,7 +175,7 @@ def _unaffected(
     kernel: Any,
     policy: Policy,
     main: MainCall,
-    after: torch.Tensor,
+    changed: Changed,
     kept: Spans,
     ok: str,
 ) -> PendingAgreement:
@@ -183,9 +184,11 @@ def _unaffected(
     reference streams). Compared span by span first: gathering a packed row's kept samples
     through a mask cost the packed case's check 0.7x its kernel call; only a difference
     gathers them, to say how many and where."""
-    before = main.outputs["y"]
+    before, after = main.outputs["y"], changed.y
     deterministic = kernel.capabilities.deterministic
-    if deterministic and all(same_bits(after[..., a:b], before[..., a:b]) for a, b in kept):
+    unseen = changed.unseen(kept)
+    if deterministic and all(same_bits(after[..., a:b], before[..., a:b]) for a, b in unseen):
+        changed.same += unseen
         return PendingAgreement(main.calls, ok)
     mask = torch.zeros(before.shape[-1], dtype=torch.bool)
     for a, b in kept:
@@ -205,10 +208,10 @@ def causality(
     kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
 ) -> PendingAgreement:
     change = change_for(case, main, "causality")
-    after = _changed_forward(kernel, case, main, change)
+    changed = _changed_forward(kernel, case, main, change)
     keep = change.cut + 1
     return _unaffected(
-        change.label, kernel, policy, main, after, ((0, keep),), f"y[:{keep}] unchanged"
+        change.label, kernel, policy, main, changed, ((0, keep),), f"y[:{keep}] unchanged"
     )
 
 
@@ -221,9 +224,9 @@ def packed_isolation(
     assert change.kept is not None
     if not change.kept:
         return PendingAgreement(main.calls, "only one sample: nothing to isolate")
-    after = _changed_forward(kernel, case, main, change)
+    changed = _changed_forward(kernel, case, main, change)
     return _unaffected(
-        change.label, kernel, policy, main, after, change.kept, "the other samples unchanged"
+        change.label, kernel, policy, main, changed, change.kept, "the other samples unchanged"
     )
 
 
@@ -254,7 +257,9 @@ def run_property(
     # The check's calls are held to the guards too, on what it placed and on the main call's
     # inputs it reuses: a write outside a view (or into an input) made only on these calls
     # went unseen when only the main call was guarded. Damage is repaired for the next check.
-    broken = damage([*placed, *main.inputs.guarded()])
+    # A check that made no call (packed isolation judging causality's) changed nothing.
+    made_calls = calls.forward or calls.backward or placed
+    broken = damage([*placed, *main.inputs.guarded()]) if made_calls else []
     if broken:
         pending.guard_damage = f"guards broken by this check's calls: {'; '.join(broken)}"
         restore(main.inputs.guarded())
