@@ -4,7 +4,7 @@
   touched no pool row that no slot names;
 - causality: changing only future inputs ``x[t+1:]`` leaves ``y[:t+1]`` unchanged;
 - packed isolation: changing every other packed sample leaves the samples between unchanged
-  (on a packed case that asks for both, one changed forward serves causality too: ``Change``);
+  (on a packed case that asks for both, one changed forward serves causality too: ``Perturbation``);
 - chunk consistency: two chunks with the state carried across (and its gradient flowing back)
   equal one whole call, forward and backward.
 
@@ -73,7 +73,7 @@ Spans = tuple[tuple[int, int], ...]  # runs of time steps, (start, stop) each
 
 
 @dataclass(frozen=True)
-class Change:
+class Perturbation:
     """The time steps of x one changed forward replaces (``tokens``), and what each check
     keeps: causality ``y[:cut+1]``, packed isolation the time steps in ``kept``.
 
@@ -96,11 +96,11 @@ def _spans(mask: torch.Tensor) -> Spans:
     return tuple((r.start, r.stop) for r in runs(mask))
 
 
-def change_for(case: Case, main: MainCall, check: str) -> Change:
-    """The change ``check`` (causality or packed isolation) makes on ``case`` (``Change``)."""
+def change_for(case: Case, main: MainCall, check: str) -> Perturbation:
+    """The change ``check`` (causality or packed isolation) makes on ``case`` (``Perturbation``)."""
     length = main.inputs.x.values.shape[2]
     middle = length // 2
-    alone = Change(((middle + 1, length),), middle, None, f"changing x[{middle + 1}:]")
+    alone = Perturbation(((middle + 1, length),), middle, None, f"changing x[{middle + 1}:]")
     if main.inputs.seq_idx is None:
         return alone
     ids = main.inputs.seq_idx[0].cpu()
@@ -115,13 +115,13 @@ def change_for(case: Case, main: MainCall, check: str) -> Change:
         if check == "causality":
             return alone
         even, odd = (ids >= 0) & (ids % 2 == 0), (ids >= 0) & (ids % 2 == 1)
-        return Change(_spans(even), middle, _spans(odd), "changing even samples")
+        return Perturbation(_spans(even), middle, _spans(odd), "changing even samples")
     _, cut, sid = min(fits)
     same = (ids >= 0) & (ids % 2 == sid % 2)
     changed = same & (torch.arange(ids.numel()) > cut)
     which = "odd" if sid % 2 else "even"
     label = f"changing x[{cut + 1}:] of the {which} samples"
-    return Change(_spans(changed), cut, _spans((ids >= 0) & ~same), label)
+    return Perturbation(_spans(changed), cut, _spans((ids >= 0) & ~same), label)
 
 
 def _samples(ids: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -131,7 +131,7 @@ def _samples(ids: torch.Tensor) -> list[tuple[int, int, int]]:
     return [(int(ids[a]), a, b) for a, b in zip(starts, stops, strict=True) if ids[a] >= 0]
 
 
-def _changed_forward(kernel: Any, case: Case, main: MainCall, change: Change) -> Changed:
+def _changed_forward(kernel: Any, case: Case, main: MainCall, change: Perturbation) -> Changed:
     """y of the main call's forward (same arguments) on x with ``change``'s time steps
     negated; made once per change, the checks that share it reuse it (``MainCall.changed``).
 
