@@ -96,7 +96,7 @@ def _spans(mask: torch.Tensor) -> Spans:
     return tuple((r.start, r.stop) for r in runs(mask))
 
 
-def change_for(case: Case, main: MainCall, check: str) -> Perturbation:
+def perturbation_for(case: Case, main: MainCall, check: str) -> Perturbation:
     """The change ``check`` (causality or packed isolation) makes on ``case`` (``Perturbation``)."""
     length = main.inputs.x.values.shape[2]
     middle = length // 2
@@ -207,7 +207,7 @@ def _unaffected(
 def causality(
     kernel: Any, case: Case, policy: Policy, device: torch.device, main: MainCall
 ) -> PendingAgreement:
-    change = change_for(case, main, "causality")
+    change = perturbation_for(case, main, "causality")
     changed = _changed_forward(kernel, case, main, change)
     keep = change.cut + 1
     return _unaffected(
@@ -220,7 +220,7 @@ def packed_isolation(
 ) -> PendingAgreement:
     """Change the samples of one parity (after a cut, where causality shares the call); the
     other parity's samples' outputs must not move."""
-    change = change_for(case, main, "packed_isolation")
+    change = perturbation_for(case, main, "packed_isolation")
     assert change.kept is not None
     if not change.kept:
         return PendingAgreement(main.calls, "only one sample: nothing to isolate")
