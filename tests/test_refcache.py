@@ -199,8 +199,10 @@ def test_the_stored_form_never_fails_an_output_the_exact_reference_passes():
         case = replace(CASE, x_dtype=x_dtype, w_dtype=x_dtype, seq_lens=None)
         r = torch.randn(2, 12, 19, dtype=torch.float64) * 1e3
         mag = r.abs() * 3 + torch.rand(2, 12, 19, dtype=torch.float64)
-        stored = compact(case, None, {"dx": r}, {"dx": Magnitudes(mag, 4)}, SPEC)
-        refs, bounds, mags = expand(case, stored)
+        stored, judged = compact(case, None, {"dx": r}, {"dx": Magnitudes(mag, 4)}, SPEC)
+        refs, bounds, mags = expand(case, stored)  # as a warm entry reads back
+        for now, read in zip(judged, (refs, bounds, mags), strict=True):  # as computed now
+            assert all(torch.equal(now[k], read[k]) for k in read) and now.keys() == read.keys()
         r1, bound1 = refs["dx"], bounds["dx"]
         exact = bound_of(r, Magnitudes(mag, 4), SPEC.contract, case, "dx", SPEC.policy)
         for side in (1.0, -1.0):  # an output exactly one exact bound away, either side

@@ -20,13 +20,7 @@ from convmatrix.core.case import Case
 from convmatrix.kernels.oracle.steps import Reference, channels_of, reference_blocks
 from convmatrix.runners.case.inputs import ForwardInputs, UpdateInputs
 from convmatrix.runners.case.refcache.cache import ReferenceCache
-from convmatrix.runners.case.refcache.compact import (
-    Expanded,
-    Span,
-    StoredBlock,
-    compact_and_expand,
-    expand,
-)
+from convmatrix.runners.case.refcache.compact import Expanded, Span, StoredBlock, compact, expand
 from convmatrix.runners.case.refcache.footprint import BLOCK_ELEMENTS, channels_per_block
 from convmatrix.runners.case.refcache.key import BoundSpec, cache_key
 
@@ -78,7 +72,7 @@ def judged_blocks(
     their reference replays slots."""
     if cache is None or isinstance(inputs, UpdateInputs) or not cache.admits(case):
         for block, (refs, mags) in reference_blocks(case, inputs, blocks, device=device):
-            yield block, compact_and_expand(case, _span(block), refs, mags, spec)[1]
+            yield block, compact(case, _span(block), refs, mags, spec)[1]
         return
     spans = [_span(b) for b in blocks]
     where = "cpu" if device is None else device.type
@@ -91,7 +85,7 @@ def judged_blocks(
         return
     rest = reference_blocks(case, inputs, blocks[len(kept) :], device=device)
     for block, (refs, mags) in rest:
-        stored, judged = compact_and_expand(case, _span(block), refs, mags, spec)
+        stored, judged = compact(case, _span(block), refs, mags, spec)
         kept.append(stored)
         yield block, judged
     cache.write(key, kept)

@@ -4,7 +4,8 @@ the bound widened by what that form moves r and rounded up to bfloat16, and for 
 a chunked call rounds once more (``SLACK_OUTPUTS``) their magnitudes rounded up to bfloat16
 (``footprint`` says why each is exact enough).
 
-``compact`` turns a computed block (float64 r and magnitudes) into a ``StoredBlock``;
+``compact`` turns a computed block (float64 r and magnitudes) into a ``StoredBlock`` (and
+what judging reads from it);
 ``expand`` turns a stored block, computed now or read from an entry, into what the metrics
 take (float64 r and bound). Every case is judged through both, so a verdict does not depend
 on whether its reference came from the cache.
@@ -22,7 +23,7 @@ from convmatrix.runners.case.bounds import bound_of, zero_floor
 from convmatrix.runners.case.refcache.footprint import SLACK_OUTPUTS, r_form
 from convmatrix.runners.case.refcache.key import BoundSpec
 
-__all__ = ["Expanded", "Span", "StoredBlock", "compact", "compact_and_expand", "expand", "round_up"]
+__all__ = ["Expanded", "Span", "StoredBlock", "compact", "expand", "round_up"]
 
 F64 = torch.float64
 Span = tuple[int, int] | None  # a block's channels [start, stop); None: all of them
@@ -84,33 +85,10 @@ def compact(
     refs: dict[str, torch.Tensor],
     mags: dict[str, Magnitudes],
     spec: BoundSpec,
-) -> StoredBlock:
-    """A computed block (float64 r; magnitudes of the outputs that have a bound) in its
-    stored form."""
-    return _compacted(case, span, refs, mags, spec)[0]
-
-
-def compact_and_expand(
-    case: Case,
-    span: Span,
-    refs: dict[str, torch.Tensor],
-    mags: dict[str, Magnitudes],
-    spec: BoundSpec,
 ) -> tuple[StoredBlock, Expanded]:
-    """``compact``, and ``expand`` of its result, with each r' rebuilt once (the bound needs
-    it too): a block computed now, stored or not."""
-    block, rebuilt = _compacted(case, span, refs, mags, spec)
-    return block, expand(case, block, rebuilt)
-
-
-def _compacted(
-    case: Case,
-    span: Span,
-    refs: dict[str, torch.Tensor],
-    mags: dict[str, Magnitudes],
-    spec: BoundSpec,
-) -> tuple[StoredBlock, dict[str, torch.Tensor]]:
-    """The stored block and r' (float64) of each output, what judging reads."""
+    """A computed block (float64 r; magnitudes of the outputs that have a bound) in its
+    stored form, and what judging reads from it (``expand`` of it, with each r' rebuilt once:
+    the bound needs it too)."""
     block, rebuilt = StoredBlock(span), {}
     for name, r in refs.items():
         # contiguous, as an entry reads back: a reduction over a strided view (dx is one of
@@ -134,7 +112,7 @@ def _compacted(
         block.bounds[name] = round_up(bound, BOUND)
         if name in SLACK_OUTPUTS and mags[name].mag is not None:
             block.mags[name] = round_up(mags[name].mag.to(F64), torch.bfloat16)
-    return block, rebuilt
+    return block, expand(case, block, rebuilt)
 
 
 # The int8 remainder of a split r counts units of 2^-31 |hi|: |r - hi| <= 2^-24 |hi| is at
@@ -162,7 +140,7 @@ def expand(
 ) -> Expanded:
     """(r, bound, slack magnitudes) of each output in float64, as the metrics and the property
     checks take them (the bound is eta again where it was 0: an element expected to be
-    exactly 0). ``rebuilt``: r' of the outputs already rebuilt (``compact_and_expand``)."""
+    exactly 0). ``rebuilt``: r' of the outputs already rebuilt (``compact``)."""
     given = rebuilt or {}
     refs = {name: given[name] if name in given else _rebuilt(block, name) for name in block.refs}
     bounds = {
