@@ -24,9 +24,12 @@ def _inputs(seed, batch=2, dim=5, seqlen=13, width=4):
 
 @pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("activation", [None, "silu"])
-def test_torch_forward_backward_matches_reference(packed, activation):
-    x, w, b, s = _inputs(0)
-    seq_idx = torch.tensor([[0] * 4 + [1] * 6 + [-1] * 3, [5] * 13]) if packed else None
+@pytest.mark.parametrize("seqlen", [13, 2], ids=["long", "shorter-than-state"])
+def test_torch_forward_backward_matches_reference(packed, activation, seqlen):
+    # seqlen 2 < K-1: the final state is part initial state, part x (and dS flows from it).
+    x, w, b, s = _inputs(0, seqlen=seqlen)
+    ids = torch.tensor([[0] * 4 + [1] * 6 + [-1] * 3, [5] * 13])[:, :seqlen]
+    seq_idx = ids if packed else None
     gen = torch.Generator().manual_seed(1)
     g = torch.randn(x.shape, generator=gen)
     q = torch.randn(s.shape, generator=gen)
