@@ -5,6 +5,7 @@ and ``convmatrix cache``. Damage and whole runs: tests/test_refcache_damage.py."
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -90,6 +91,22 @@ def test_the_bound_is_rounded_up_never_down_and_zero_stays_zero():
     assert small[0] == 0  # an element expected to be exactly 0 keeps a zero bound
     # the smallest float32 above: at most one float32 step (2^-23 relative) looser
     assert bool((small.double() <= b[:-1] * (1 + 2.0**-23) + 2.0**-149).all())
+
+
+def test_the_bfloat16_bound_is_the_smallest_above_and_overflow_keeps_float64():
+    # bfloat16 keeps float32's exponent range: 3.0e38 fits, 3.4e38 (above its largest
+    # finite, 3.39e38) would round to inf, so the block keeps float64; an infinite bound
+    # (a reference that overflowed) stays infinite.
+    b = torch.tensor([0.0, 2.0**-140, 1.0, 1 + 2.0**-9, 1 + 2.0**-7, 3.0e38], dtype=torch.float64)
+    up = round_up(b, torch.bfloat16)
+    assert up.dtype == torch.bfloat16
+    assert bool((up.double() >= b).all()) and up[0] == 0
+    # one bfloat16 step (2^-7 relative) at most: the next value down is below b
+    step_down = (up.view(torch.int16) - 1).view(torch.bfloat16).double()
+    assert bool((step_down[1:] < b[1:]).all())
+    assert round_up(torch.cat([b, torch.tensor([3.4e38], dtype=torch.float64)]),
+                    torch.bfloat16).dtype == torch.float64  # fmt: skip
+    assert torch.isinf(round_up(torch.tensor([1.0, math.inf], dtype=torch.float64))).any()
 
 
 def _perturbations() -> dict:

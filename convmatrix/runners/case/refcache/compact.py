@@ -60,6 +60,7 @@ class StoredBlock:
 Expanded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]
 
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16}
+_INF_BITS = {torch.float32: 0x7F800000, torch.bfloat16: 0x7F80}  # +inf; NaN lies above
 BOUND = torch.bfloat16  # what a bound is stored in (``footprint.BOUND_BYTES``)
 
 
@@ -70,11 +71,15 @@ def round_up(b: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tenso
     would overflow to infinity: no real data comes near (3.4e38), and an infinite bound would
     pass anything."""
     out = b.to(dtype).contiguous()  # to nearest: at most one step below b
+    bits = out.view(_BITS[dtype])
     # One step up where it fell below: for floats >= 0 the next value up is the next bit
     # pattern (0 -> the smallest subnormal, the largest finite -> inf). In place, no masks:
-    # half the elements move, and indexing them cost 4x the rest of the bound's work.
-    out.view(_BITS[dtype]).add_(torch.lt(out, b).to(_BITS[dtype]))
-    if bool(torch.isinf(out).any()) and bool(torch.isfinite(b).all()):
+    # half the elements move, and indexing them cost 4x the rest of the bound's work. Both
+    # sides of the compare in float64 and the overflow found from the bits: a compare of
+    # mixed dtypes and ``isinf`` on bfloat16 take torch's slow per-element paths (together
+    # 1.9x this function's time).
+    bits.add_(torch.lt(out.to(F64), b))
+    if int(bits.max()) >= _INF_BITS[dtype] and bool(torch.isfinite(b).all()):
         return b.contiguous().clone()
     return out
 
@@ -99,9 +104,10 @@ def compact(
             block.refs[name] = rebuilt[name] = r  # r' is r
         else:
             hi = block.refs[name] = r.to(torch.float32)
+            rebuilt[name] = hi.to(F64)
             if form == "split":
-                block.lows[name] = _remainder(r, hi)
-            rebuilt[name] = _rebuilt(block, name)
+                block.lows[name] = _remainder(r, rebuilt[name])
+                _add_remainder(rebuilt[name], block.lows[name])
         if name not in mags:
             continue
         # >= 0: the bound is eta plus terms >= 0, each sum rounded to nearest (monotone)
@@ -122,9 +128,15 @@ _LO_UNIT, _LO_MAX = 2.0**-31, 127
 
 def _remainder(r: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
     """(r - hi) / hi in units of ``_LO_UNIT``, rounded, as int8 (0 where hi is 0: r' is then
-    0, and the bound takes |r|, as it takes whatever r' misses)."""
+    0, and the bound takes |r|, as it takes whatever r' misses). ``hi``: the float32 part, in
+    float64 (float64 against float32 is torch's slow mixed-dtype path)."""
     units = r.sub(hi).div_(hi).mul_(1 / _LO_UNIT).round_()
     return units.nan_to_num_(0.0).clamp_(-_LO_MAX, _LO_MAX).to(torch.int8)
+
+
+def _add_remainder(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """r' = hi + lo 2^-31 hi, in place in ``hi`` (float64): no fresh pages."""
+    return hi.addcmul_(hi, lo.to(F64), value=_LO_UNIT)
 
 
 def _rebuilt(block: StoredBlock, name: str) -> torch.Tensor:
@@ -132,7 +144,7 @@ def _rebuilt(block: StoredBlock, name: str) -> torch.Tensor:
     r = block.refs[name].to(F64, copy=True)
     if name not in block.lows:
         return r
-    return r.addcmul_(r, block.lows[name].to(F64), value=_LO_UNIT)  # in place: no fresh pages
+    return _add_remainder(r, block.lows[name])
 
 
 def expand(
