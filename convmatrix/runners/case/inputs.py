@@ -28,6 +28,7 @@ from convmatrix.core.case import Case
 from convmatrix.core.contract import Capabilities
 from convmatrix.core.dtypes import torch_dtype
 from convmatrix.core.layout import GUARD, storage_layout
+from convmatrix.runners.case.transposed import copy_into
 
 __all__ = [
     "ForwardInputs",
@@ -162,7 +163,7 @@ def place(
         offset, size = GUARD, GUARD + values.numel() + GUARD
     base = torch.full((size,), math.nan, dtype=values.dtype, device=device)
     view = base.as_strided(values.shape, strides, offset)
-    view.copy_(values)
+    copy_into(view, values)
     covered = torch.zeros(size, dtype=torch.bool)
     covered.as_strided(values.shape, strides, offset).fill_(True)
     # A fresh leaf over the same memory, so a kernel's backward can treat it as a parameter.

@@ -18,6 +18,7 @@ import math
 import torch
 
 from convmatrix.core.records import ErrorMetrics
+from convmatrix.runners.case.transposed import copy_into
 
 __all__ = ["ErrorSums", "abs_diff", "error_metrics", "rms", "unravel"]
 
@@ -36,14 +37,13 @@ def abs_diff(a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     runs there), in ``r``'s memory layout; a non-finite difference (NaN or inf in ``a`` or
     ``r``) is +inf.
 
-    ``a`` is copied into r's layout first: a kernel's channel-last output against a
-    channel-first reference would otherwise make every later element-wise pass a strided
-    one (3-7x slower at C=4128, L=4096). Every pass but the copy works in place: fresh
-    tensors of that size cost more in page faults than in arithmetic.
+    ``a`` is copied into r's layout first (``transposed.copy_into``): a kernel's channel-last
+    output against a channel-first reference would otherwise make every later element-wise
+    pass a strided one (3-7x slower at C=4128, L=4096). Every pass but the copy works in
+    place: fresh tensors of that size cost more in page faults than in arithmetic.
     """
     r = r.detach()
-    out = torch.empty_like(r, dtype=F64)
-    out.copy_(a.detach())
+    out = copy_into(torch.empty_like(r, dtype=F64), a.detach())
     out.sub_(r).abs_()
     if out.numel() and not math.isfinite(
         float(out.max())
