@@ -43,8 +43,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     print(
         f"{'dtype':9} {'C':>5} {'layout':6} {'read torch/ours ms':>20} {'place torch/ours ms':>21}"
     )

@@ -1,14 +1,20 @@
-"""Copies between a densely channel-last (B, C, L) tensor and a channel-first one, through
-torch's blocked 2-D transpose.
+"""Copies between a channel-last (B, C, L) tensor and a channel-first one whose channel-last
+rows lie far apart, through torch's blocked 2-D transpose.
 
-torch's general copy of a dense channel-last float32 output into a channel-first float64
-reference's layout took 6.3 ns an element (B=2, C=256, L=4096, one thread): 9x the same copy
-from a channel-last view with gapped rows (a channel slice), which torch walks in a better
-order, and 15x a straight copy. Its blocked transpose (``copy_same_type_transpose_``) takes
-only a 2-D, same-dtype, densely transposed source into a contiguous destination; so each
-batch row goes through it in the source's dtype, and the dtype changes on the straight
-side: 4.8x faster there (bfloat16 and float16 2.1-2.4x; placing a case's channel-last
-inputs 1.3-1.5x). Gapped rows and channel blocks keep torch's copy, faster for them.
+torch's general copy walks the channel-last side one element per row; once rows are a page
+or more apart every element costs a TLB miss: reading a dense channel-last float32 output of
+4128 channels into a channel-first float64 reference's layout took 6.3 ns an element (one
+thread), a 63-channel block of it 5.9, placing contiguous values into a channel-last view of
+1040 channels 6.2 (into 256 channels 0.5). Its blocked transpose (``copy_same_type_transpose_``)
+takes only a 2-D, same-dtype, densely transposed source into a contiguous destination: so
+each batch row goes through it in the source's dtype (a block made dense first by a straight
+copy of its rows) and the dtype changes on the straight side.
+
+Where rows are near, torch's copy is as fast or, on two threads, faster (it runs in parallel,
+the blocked transpose does not): only far rows take this path, from ``_FAR_READ`` bytes
+apart when reading a channel-last tensor and from ``_FAR_PLACE`` when writing one.
+``benchmarks/bench_transposed.py`` measures both directions on one and two threads
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -19,23 +25,20 @@ __all__ = ["copy_into"]
 
 # torch takes its blocked path from 60 x 60 elements on; below, the general copy is as good.
 _BLOCKED = 60 * 60
-# Channel-last rows this far apart (bytes) make torch's copy of a channel block slow (a page
-# or more per short row: 5.5-6.1 ns an element at 2064-4128 float32 channels, 0.7 at 272):
-# the block is made dense first, a straight copy of each row (1.5 ns an element).
-_FAR = 4096
+_FAR_READ = 4096  # bytes between the rows of a channel-last source
+_FAR_PLACE = 2048  # bytes between the rows of a channel-last destination
 
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """``dst.copy_(src)``, the same values bit for bit, through the blocked transpose where
-    torch's own copy between a channel-last and a channel-first 3-D tensor on the CPU is
-    slow: from a dense channel-last tensor or a channel block of a wide one, and into any
-    channel-last one (placing a case's inputs: 5-8x at 1040-4128 channels)."""
+    """``dst.copy_(src)``, the same values bit for bit; through the blocked transpose where
+    one of two 3-D tensors on the CPU is channel-last with rows far apart and the other
+    channel-first."""
     if not _planes(dst, src):
         return dst.copy_(src)
-    if _col_major(src[0]) and _row_major(dst[0]) and _slow_read(src[0]):
+    if _col_major(src[0]) and _row_major(dst[0]) and _far(src[0], _FAR_READ, block=True):
         for b in range(src.shape[0]):
             _copy_2d(dst[b], src[b])
-    elif _row_major(src[0]) and _col_major(dst[0]):
+    elif _row_major(src[0]) and _col_major(dst[0]) and _far(dst[0], _FAR_PLACE, block=False):
         for b in range(src.shape[0]):
             _copy_2d(dst[b].t(), src[b].t())
     else:
@@ -63,12 +66,14 @@ def _col_major(t: torch.Tensor) -> bool:
     return t.stride(0) == 1 and t.stride(1) >= t.shape[0]
 
 
-def _slow_read(t: torch.Tensor) -> bool:
-    """Whether torch's copy out of column-major ``t`` is its slow walk: ``t`` dense, or a
-    block of channels from rows far apart (whole rows with a gap between them it copies
-    faster than a dense copy first would)."""
-    apart = t.stride(1)
-    return apart == t.shape[0] or (apart * t.element_size() >= _FAR and apart >= 2 * t.shape[0])
+def _far(t: torch.Tensor, apart: int, block: bool) -> bool:
+    """Whether the rows of column-major ``t`` lie ``apart`` bytes apart or more, and ``t``
+    is dense or (``block``) a block of many more channels, else (not ``block``) dense or
+    with gaps between whole rows. Read, whole rows with gaps torch copies as fast as a dense
+    copy first would; written, a narrow block as fast as the blocked transpose."""
+    rows, width = t.stride(1), t.shape[0]
+    shape_fits = rows == width or (rows >= 2 * width) == block
+    return rows * t.element_size() >= apart and shape_fits
 
 
 def _copy_2d(dst: torch.Tensor, src: torch.Tensor) -> None:
