@@ -1,8 +1,8 @@
 """Copies between a channel-last (B, C, L) tensor and a channel-first one whose channel-last
 rows lie far apart, through torch's blocked 2-D transpose.
 
-torch's general copy walks the channel-last side one element per row; once rows are a page
-or more apart every element costs a TLB miss: reading a dense channel-last float32 output of
+torch's general copy walks the channel-last side one element per row; once rows are about a
+page apart each element lands on another page, and the copy slows 5-10x: reading a dense channel-last float32 output of
 4128 channels into a channel-first float64 reference's layout took 6.3 ns an element (one
 thread), a 63-channel block of it 5.9, placing contiguous values into a channel-last view of
 1040 channels 6.2 (into 256 channels 0.5). Its blocked transpose (``copy_same_type_transpose_``)
