@@ -13,7 +13,12 @@ import torch.nn.functional as F
 
 from convmatrix.kernels.interface.corecall import CoreArgs, CoreCall, update_history
 from convmatrix.kernels.interface.protocol import Capabilities, KernelBase
-from convmatrix.kernels.interface.semantics import check_forward_args, is_silu, update_via_forward
+from convmatrix.kernels.interface.semantics import (
+    check_forward_args,
+    final_state,
+    is_silu,
+    update_via_forward,
+)
 
 __all__ = ["TorchKernel", "torch_forward"]
 
@@ -74,18 +79,7 @@ def torch_forward(
         y = _packed(x, weight, bias, initial_state, seq_idx, activation)
     if not return_final_state:
         return y
-    return y, _final_state(x, initial_state, width)
-
-
-def _final_state(x: torch.Tensor, state: torch.Tensor | None, width: int) -> torch.Tensor:
-    """The last K-1 inputs of the state-padded row, copied (docs/spec.md §2). Only the tail is
-    padded: padding the whole row for it was a copy of x, 0.7x a chunk's forward (bf16
-    channel-last C=3072)."""
-    keep = width - 1
-    if x.shape[2] >= keep:
-        return x[:, :, x.shape[2] - keep :].clone()
-    head = x.new_zeros(*x.shape[:2], keep) if state is None else state.to(x.dtype)
-    return torch.cat([head, x], dim=2)[:, :, -keep:]
+    return y, final_state(x, initial_state, width)
 
 
 def _torch_core(args: CoreArgs) -> CoreCall | None:

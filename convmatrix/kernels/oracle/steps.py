@@ -26,7 +26,12 @@ import torch
 
 from convmatrix.core.bounds import Magnitudes
 from convmatrix.core.case import Case
-from convmatrix.kernels.interface.semantics import decode_prefix, pool_rows, write_decode_state
+from convmatrix.kernels.interface.semantics import (
+    decode_prefix,
+    final_state,
+    pool_rows,
+    write_decode_state,
+)
 from convmatrix.kernels.oracle.reference import (
     backward_magnitudes,
     conv_backward,
@@ -258,9 +263,8 @@ def _state_values(case: Case, fi: ForwardValues) -> torch.Tensor:
 
 def final_state_reference(case: Case, fi: ForwardValues) -> tuple[torch.Tensor, Magnitudes]:
     """F's exact value, the last K-1 of state ++ x (a copy: only its rounding)."""
-    tail = fi.x.values[..., -(case.width - 1) :]  # and the state's end, when L < K-1
-    xe = torch.cat([_state_values(case, fi), tail], dim=2).to(torch.float64)
-    return xe[..., tail.shape[2] :], Magnitudes(None, 0)
+    state = None if fi.initial_state is None else fi.initial_state.values
+    return final_state(fi.x.values, state, case.width).to(torch.float64), Magnitudes(None, 0)
 
 
 def state_grad_reference(case: Case, fi: ForwardValues) -> tuple[torch.Tensor, Magnitudes]:

@@ -2,13 +2,14 @@
 rows lie far apart, through torch's blocked 2-D transpose.
 
 torch's general copy walks the channel-last side one element per row; once rows are about a
-page apart each element lands on another page, and the copy slows 5-10x: reading a dense channel-last float32 output of
-4128 channels into a channel-first float64 reference's layout took 6.3 ns an element (one
-thread), a 63-channel block of it 5.9, placing contiguous values into a channel-last view of
-1040 channels 6.2 (into 256 channels 0.5). Its blocked transpose (``copy_same_type_transpose_``)
-takes only a 2-D, same-dtype, densely transposed source into a contiguous destination: so
-each batch row goes through it in the source's dtype (a block made dense first by a straight
-copy of its rows) and the dtype changes on the straight side.
+page apart each element lands on another page, and the copy slows 5-10x: reading a dense
+channel-last float32 output of 4128 channels into a channel-first float64 reference's layout
+took 6.3 ns an element (one thread), a 63-channel block of it 5.9, placing contiguous values
+into a channel-last view of 1040 channels 6.2 (into 256 channels 0.5). Its blocked
+transpose (``copy_same_type_transpose_``) takes only a 2-D, same-dtype, densely transposed
+source into a contiguous destination: so each batch row goes through it in the source's dtype
+(a block made dense first by a straight copy of its rows) and the dtype changes on the
+straight side.
 
 Where rows are near, torch's copy is as fast or, on two threads, faster (it runs in parallel,
 the blocked transpose does not): only far rows take this path, from ``_FAR_READ`` bytes
