@@ -113,6 +113,22 @@ def test_a_single_process_run_whose_kernel_leaves_threads_exits_with_its_status(
     assert "12 passed" in done.stdout
 
 
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_the_process_that_ran_a_kernel_ends_without_running_its_hooks(tmp_path, workers):
+    """The process that ran the kernel (-n 0: the command's; -n 1: the worker) ends with
+    os._exit once its work is delivered (core.ending): the kernel's atexit hook never runs.
+    A worker used to tear the interpreter down (0.55 s with torch) while the controller
+    waited, and to wait on a thread the kernel left until xdist killed it 10 s later."""
+    mark = tmp_path / "hook-ran"
+    args = ["run", "--matrix", str(FAULTS), "--kernel", "hostile_kernels:LeavesAHook"]
+    done = run(
+        convmatrix_cmd(*args, "-n", workers, "--no-db"), tmp_path, HOSTILE_HOOK_MARK=str(mark)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "12 passed" in done.stdout
+    assert not mark.exists(), mark.read_text()
+
+
 def test_a_kernel_holding_the_gil_leaves_one_clear_line(tmp_path, sqlite_url):
     """A hang that holds the GIL: no Python-level watchdog runs, faulthandler ends the
     process (1 s limit + 15 s grace). That gave no output at all; now one line names the

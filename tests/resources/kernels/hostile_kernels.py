@@ -120,6 +120,21 @@ class LeavesThreads(TorchKernel):
         return super().forward(x, weight, bias, **kwargs)
 
 
+class LeavesAHook(TorchKernel):
+    """The torch path that registers an atexit hook writing the file ``HOSTILE_HOOK_MARK``
+    names, on its first call: the process that ran it ends without running it."""
+
+    name = "leaves_a_hook"
+    registered = False
+
+    def forward(self, x, weight, bias=None, **kwargs):
+        if not LeavesAHook.registered:
+            LeavesAHook.registered = True
+            mark = Path(os.environ["HOSTILE_HOOK_MARK"])
+            atexit.register(mark.write_text, "the kernel's hook ran")
+        return super().forward(x, weight, bias, **kwargs)
+
+
 class HoldsTheGIL(TorchKernel):
     """On the case of seqlen 12, a regular expression that backtracks for ever: one C call
     that never releases the GIL (no Python-level watchdog can run)."""

@@ -32,6 +32,7 @@ import pytest
 
 from convmatrix.core.case import Case
 from convmatrix.core.devices import cpu_cores
+from convmatrix.core.ending import end_when_main_returns
 from convmatrix.core.errors import ConvmatrixError
 from convmatrix.core.records import CaseResult
 from convmatrix.core.sanitise import safe_str, terminal_safe
@@ -107,6 +108,9 @@ def pytest_configure(config: pytest.Config) -> None:
             install_signal_handlers()
             watch_parent()  # a SIGKILLed controller leaves no worker running on
             config.stash[PREPARED] = _worker_prepared(workerinput)
+            # Once xdist lets the worker go, it ends with no teardown (core.ending): the
+            # controller waits on its exit to close the run.
+            end_when_main_returns()
         return
     setup = config.hook.pytest_convmatrix_setup(config=config)
     if setup is None and not _active(config):
