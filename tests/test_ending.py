@@ -11,6 +11,10 @@ import sys
 # A command's process as the console script starts it: main() owns the process.
 COMMAND = """
 import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+
+pool = ThreadPoolExecutor(1)  # never shut down: its idle worker is a non-daemon thread
+pool.submit(print, "pool ran", flush=True).result()
 
 def late():
     time.sleep(0.5)
@@ -51,13 +55,14 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_command_ends_with_its_status_after_its_threads_and_hooks(tmp_path):
-    """What Python does before its teardown still happens, in its order; the status is the
-    command's (2: the database file is missing), and nothing after main() runs."""
+    """What Python does before its teardown still happens, in its order (a pool left open
+    is stopped, not waited on for ever); the status is the command's (2: the database file
+    is missing), and nothing after main() runs."""
     db = f"sqlite:///{tmp_path}/missing.db"
     done = _python(COMMAND, "history", "--dtype", "float32", "--db", db)
     assert done.returncode == 2, done.stderr
     assert "does not exist" in done.stderr
-    assert done.stdout.splitlines() == ["thread joined", "hook ran"]
+    assert done.stdout.splitlines() == ["pool ran", "thread joined", "hook ran"]
 
 
 def test_a_process_that_ran_a_kernel_waits_on_nothing_it_left():

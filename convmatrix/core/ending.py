@@ -10,8 +10,9 @@ the run). At ``-n 1`` a run spent about 1 s of 7-11 s on the two teardowns in se
 Two ways to end, one function (``end_process``):
 
 - a process that ran no kernel (the command's process under ``-n N``, ``convmatrix
-  history``, ...) first does what Python does before its teardown: joins its non-daemon
-  threads and runs the ``atexit`` hooks (Ray's shutdown, logging's flush);
+  history``, ...) first does what Python does before its teardown: ``threading``'s exit
+  (its callbacks, then the joins of non-daemon threads), then the ``atexit`` hooks (Ray's
+  shutdown, logging's flush);
 - a process that ran a kernel (``-n 0``, an xdist worker) does neither: a thread or a hook
   the kernel left may sleep forever, and the run's status must not wait on it
   (tests/test_hostile_kernels.py). A worker's main code is execnet's, not ours: it ends at
@@ -42,9 +43,10 @@ def threads_left() -> list[threading.Thread]:
 def end_process(code: int, *, ran_kernel: bool) -> NoReturn:
     """End this process with ``code`` now (see the module's docstring for what runs first)."""
     if not ran_kernel:
-        for thread in threads_left():
-            thread.join()
-        # What Python's exit runs next; the teardown after it is what this skips.
+        # Python's own exit, in its order, up to the teardown this skips: the threading
+        # module's exit callbacks (they stop ``concurrent.futures`` pools, whose idle
+        # workers a plain join would wait on for ever), the joins, then the atexit hooks.
+        threading._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed stream: nothing left to flush
