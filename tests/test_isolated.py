@@ -68,3 +68,19 @@ def test_a_hung_case_is_a_timeout_and_its_child_is_killed(monkeypatch):
         runner.close()
     assert result.outcome == "timeout" and "no result after 3 s" in result.message
     assert after.outcome == "passed" and runner.started == 2
+
+
+def test_a_child_asked_to_stop_ends_without_running_its_kernels_hooks(monkeypatch, tmp_path):
+    """It ends as an xdist worker does (core.ending): no interpreter teardown (0.55 s with
+    torch) while the actor's close waits on it, and no atexit hook a kernel left."""
+    mark = tmp_path / "hook-ran"
+    monkeypatch.setenv("HOSTILE_HOOK_MARK", str(mark))  # the spawned child inherits it
+    runner, setup = runner_for("hostile_kernels:LeavesAHook", monkeypatch)
+    source, tiny = cases(setup)
+    try:
+        assert runner.run(source, tiny[0], 60.0).outcome == "passed"
+        process = runner._process
+    finally:
+        runner.close()
+    assert process.exitcode == 0  # it stopped when asked, not killed after the 5 s wait
+    assert not mark.exists()

@@ -13,10 +13,11 @@ Two ways to end, one function (``end_process``):
   history``, ...) first does what Python does before its teardown: ``threading``'s exit
   (its callbacks, then the joins of non-daemon threads), then the ``atexit`` hooks (Ray's
   shutdown, logging's flush);
-- a process that ran a kernel (``-n 0``, an xdist worker) does neither: a thread or a hook
-  the kernel left may sleep forever, and the run's status must not wait on it
-  (tests/test_hostile_kernels.py). A worker's main code is execnet's, not ours: it ends at
-  the moment that code returns (``end_when_main_returns``), before Python joins threads.
+- a process that ran a kernel (``-n 0``, an xdist worker, a Ray actor's case process) does
+  neither: a thread or a hook the kernel left may sleep forever, and the run's status must
+  not wait on it (tests/test_hostile_kernels.py). A worker's main code is execnet's, not
+  ours: it ends at the moment that code returns (``end_when_main_returns``), before Python
+  joins threads.
 
 Both flush stdout and stderr. Files are the writers' to close: nothing of convmatrix leaves
 one open for the teardown to flush.

@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from convmatrix.core.case import Case
+from convmatrix.core.ending import end_process
 from convmatrix.core.records import CaseResult
 
 __all__ = ["ChildSpec", "IsolatedRunner"]
@@ -61,6 +62,7 @@ def _child(conn: Connection, spec: ChildSpec) -> None:
         workload = prepared.workload(source)
         result = run_guarded(case, prepared.context(workload))
         conn.send(result.to_json())
+    end_process(0, ran_kernel=True)  # as an xdist worker ends: no teardown, no kernel hooks
 
 
 class IsolatedRunner:
