@@ -2,7 +2,7 @@
 before (``--base``) and this one, side by side in one invocation.
 
     git worktree add --detach /tmp/cm-base <commit>
-    python benchmarks/bench_properties.py --base /tmp/cm-base [--parts props,spread]
+    python benchmarks/bench_properties.py --base /tmp/cm-base [--parts props,spread,coldwarm]
                                           [--kernels tiled,torch] [--sample 40] [--rounds 1]
 
 ``props``: the three smallest ``production`` fwd_bwd cases, ``convmatrix run -n 1 --case ...``
@@ -16,8 +16,13 @@ the kernel phases over run wall x workers, as the issue measured it) and of the 
 time, the start-up (command start to the run's first stored case) and the ``between`` phase.
 Targets: >= 3x the cases per minute, kernel >= 30% of worker wall time.
 
+``coldwarm``: the ``props`` cases under ``torch`` at ``-n 1``, into an empty reference cache
+and again warm, per side: the whole command's wall and CPU seconds, and warm over cold.
+Target: warm <= 0.5x cold.
+
 Both sides run as a user starts them (a fresh ``python -m convmatrix`` in an empty directory,
-``PYTHONPATH`` naming the side's checkout), the reference cache off, into one SQLite file each.
+``PYTHONPATH`` naming the side's checkout), the reference cache off but in ``coldwarm``, into
+a fresh SQLite file each.
 The machine is shared: rounds alternate base / new, every figure comes with the CPU seconds of
 the command's whole process tree (``RUSAGE_CHILDREN``) and the load average, and ratios are
 taken inside one run, where the load falls on both phases. Figures: docs/benchmarks.md.
@@ -84,13 +89,17 @@ def stored(db: str) -> tuple[Any, list[Any]]:
         return run, load_results(session, run.id)
 
 
-def run_side(root: str, matrix: str, kernel: str, ids: list[str], workers: int) -> dict:
+def run_side(
+    root: str, matrix: str, kernel: str, ids: list[str], workers: int, cache: str = "off"
+) -> dict:
+    """One ``convmatrix run`` of ``ids`` from ``root`` into a fresh database; ``cache``: the
+    reference cache directory (``off``: none)."""
     with tempfile.TemporaryDirectory() as tmp:
         db = f"sqlite:///{tmp}/bench.db"
         load = os.getloadavg()[0]
         wall, cpu, _ = convmatrix(
             root, tmp, "run", "--matrix", matrix, "--kernel", kernel, "-n", str(workers),
-            "--db", db, "--reference-cache", "off", *(a for c in ids for a in ("--case", c)),
+            "--db", db, "--reference-cache", cache, *(a for c in ids for a in ("--case", c)),
         )  # fmt: skip
         run, results = stored(db)
     phases: dict[str, float] = {}
@@ -130,6 +139,24 @@ def props_part(args: argparse.Namespace, cwd: str) -> list[dict]:
     return out
 
 
+def coldwarm_part(args: argparse.Namespace, cwd: str) -> list[dict]:
+    """The props cases under ``torch`` into an empty reference cache, then again warm, per
+    side; the whole command's wall and CPU, and warm over cold."""
+    ids = smallest_fwd_bwd(expanded(args.new, cwd, "production", "tiled"), 3)
+    out = []
+    for _ in range(args.rounds):
+        for side, root in (("base", args.base), ("new", args.new)):
+            row: dict[str, Any] = {"part": "coldwarm", "side": side}
+            with tempfile.TemporaryDirectory() as cache:
+                for kind in ("cold", "warm"):
+                    result = run_side(root, "production", "torch", ids, 1, cache)
+                    row[kind] = {k: result[k] for k in ("wall_s", "cpu_s", "load", "outcomes")}
+            row["warm_over_cold"] = round(row["warm"]["wall_s"] / row["cold"]["wall_s"], 2)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    return out
+
+
 def spread_part(args: argparse.Namespace, cwd: str) -> list[dict]:
     ids = spread(expanded(args.new, cwd, "dao-parity", "tiled"), args.sample)
     out = []
@@ -166,6 +193,8 @@ def main() -> None:
             results += props_part(args, cwd)
         if "spread" in args.parts:
             results += spread_part(args, cwd)
+        if "coldwarm" in args.parts:
+            results += coldwarm_part(args, cwd)
     args.out.write_text(json.dumps(results, indent=1, default=str))
     print(f"written: {args.out}")
 
