@@ -1,11 +1,12 @@
 """How a process of convmatrix ends: its work delivered, then ``os._exit``, no teardown.
 
-An interpreter that imported torch spends about 0.55 s after its last ``atexit`` hook freeing
-its modules and objects (measured: a process that imported torch and convmatrix's run and
-took one backward, 0.55-0.62 s from its last hook to its parent seeing it exit; 0.03 s with
-``os._exit``). Nobody needs that work, and somebody waits for it: the shell for the command,
-and the xdist controller for each worker (it waits on every worker's exit before it closes
-the run). At ``-n 1`` a run spent about 1 s of 7-11 s on the two teardowns in series.
+An interpreter that imported torch spends about 0.6 s after its last ``atexit`` hook freeing
+its modules and objects (``benchmarks/bench_ending.py``: a process that imported torch and
+convmatrix's run and took one backward, median 0.59 s from its last statement to its parent
+seeing it exit; 0.03 s through ``end_process``). Nobody needs that work, and somebody waits
+for it: the shell for the command, and the xdist controller for each worker (it waits on
+every worker's exit before it closes the run). At ``-n 1`` a run spent about 1 s of 7-11 s on
+the two teardowns in series.
 
 Two ways to end, one function (``end_process``):
 
