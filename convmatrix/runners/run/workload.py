@@ -53,18 +53,42 @@ def _canonical_source(source: str) -> str:
 
 class Wanted:
     """The ``--case`` values of a run, as what the expansion keeps (``keeps``) and when it
-    has found all it can (``found_all``)."""
+    has found all it can (``found_all``).
+
+    A value names a case by its id, an id prefix of 4+ characters or its pytest id
+    (``names``, the one rule). ``keeps`` runs on every case a ``--case`` run of a large matrix
+    builds (dao-parity: 9,756), so it asks ``names`` only of the cases that could match:
+    an id starting with a value, or an id whose first six characters end some value (a
+    pytest id ends with them). Checking every value against every case, a pytest id built
+    for each pair, took 0.6 s of a 40-case ``--case`` run's planning (0.38 s to expand
+    the whole grid)."""
 
     def __init__(self, values: Sequence[str]) -> None:
         self.values = list(values)
+        self._prefixes = tuple(v for v in self.values if len(v) >= 4)
+        self._tails = {v[-6:] for v in self.values}
+
+    def names(self, case: Case) -> list[str]:
+        """The values that name ``case``."""
+        pytest_id = case.pytest_id
+        return [
+            v for v in self.values
+            if v == case.id or v == pytest_id or (len(v) >= 4 and case.id.startswith(v))
+        ]  # fmt: skip
 
     def keeps(self, case: Case) -> bool:
-        return any(_matches(case, w) for w in self.values)
+        could = case.id.startswith(self._prefixes) or case.id[:6] in self._tails or len(case.id) < 6
+        return could and bool(self.names(case))
+
+    def missing(self, kept: Iterable[Case]) -> list[str]:
+        """The values that name none of the ``kept`` cases."""
+        named = {v for c in kept for v in self.names(c)}
+        return [v for v in self.values if v not in named]
 
     def found_all(self, cases: list[Case]) -> bool:
         """Every value names one case (a full id, or a pytest id, which ends in the id's
         first six digits) and each is among ``cases``."""
-        return all(_unique(w) and any(_matches(c, w) for c in cases) for w in self.values)
+        return all(_unique(w) for w in self.values) and not self.missing(cases)
 
 
 _ID_DIGITS = 12  # core.case.Case.stable_id
@@ -142,14 +166,6 @@ def combined_identity(workloads: Sequence[Workload]) -> tuple[str, str]:
     return "+".join(w.name for w in workloads), hashlib.sha256(joined.encode()).hexdigest()
 
 
-def _matches(case: Case, wanted: str) -> bool:
-    return (
-        case.id == wanted
-        or case.pytest_id == wanted
-        or (len(wanted) >= 4 and case.id.startswith(wanted))
-    )
-
-
 def select_cases(
     cases: Iterable[Case],
     wanted: Sequence[str] = (),
@@ -161,14 +177,14 @@ def select_cases(
 
     With ``strict``, a ``--case`` value that matches nothing is a usage error, not an empty run.
     """
-    cases = list(cases)
     if wanted:
-        unknown = [w for w in wanted if not any(_matches(c, w) for c in cases)]
+        find = Wanted(wanted)
+        cases = [c for c in cases if find.keeps(c)]
+        unknown = find.missing(cases)
         if unknown and strict:
             raise UsageError(
                 f"--case {', '.join(unknown)}: no such case in the matrix "
                 "(give a case id, an id prefix of 4+ digits, or a pytest id)"
             )
-        cases = [c for c in cases if any(_matches(c, w) for w in wanted)]
     skip = set(done)
     return [c for c in cases if c.id not in skip]
