@@ -48,6 +48,7 @@ from convmatrix.runners.executors.isolated import ChildSpec, IsolatedRunner
 from convmatrix.runners.options import RunOptions
 from convmatrix.runners.run.account import RunAccount
 from convmatrix.runners.run.controller import Controller, Setup
+from convmatrix.runners.run.order import largest_first
 from convmatrix.runners.run.placement import place_device
 from convmatrix.runners.run.threads import ThreadSetting
 
@@ -302,12 +303,14 @@ class _Driver:
         self.in_flight: dict[Any, tuple[_Actor, list[_Task]]] = {}
         self.queue: deque[_Task] = deque()
         prepared = setup.prepared
+        tasks = []
         for source in prepared.sources:
             workload = prepared.workload(source)
             limit = prepared.timeout_s or workload.timeout_s
             for case in workload.cases:
                 if case.id in controller.planned and case.id not in controller.results:
-                    self.queue.append(_Task(source, case, limit))
+                    tasks.append(_Task(source, case, limit))
+        self.queue.extend(largest_first(tasks, lambda task: task.case))  # runners.run.order
 
     def drive(self) -> bool:
         """Run every task; True when the run stopped short (no device left)."""

@@ -102,6 +102,7 @@ class Prepared:
     reference_cache_size: int = 0
     max_cases: int | None = None  # --max-cases: the case limit of every matrix
     threads: ThreadSetting = field(default_factory=ThreadSetting)  # of every process running cases
+    largest_first: bool = False  # items handed out the largest first (runners.run.order)
     workloads: dict[str, Workload] = field(default_factory=dict)  # by source
     by_pytest_id: dict[str, Case] = field(default_factory=dict)
     given: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # planned, as JSON

@@ -48,6 +48,9 @@ def pytest_args(request: RunOptions, n_cases: int, verbose: int = 0) -> list[str
         # A crashed worker is replaced; every case may crash its worker at worst.
         restarts = n_cases + workers
         args += ["-n", str(workers), f"--max-worker-restart={restarts}"]
+        # The cases the largest first, each worker on half of them, an idle worker taking the
+        # tail of the busiest one's queue: no large case starts last (runners.run.order).
+        args += ["--dist", "worksteal"]
     return args
 
 

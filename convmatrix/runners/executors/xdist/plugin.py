@@ -55,6 +55,7 @@ from convmatrix.runners.executors.xdist.watchdog import (
 )
 from convmatrix.runners.options import add_pytest_options
 from convmatrix.runners.run.controller import Prepared
+from convmatrix.runners.run.order import largest_first
 from convmatrix.runners.run.placement import WorkerPlacement, bind, place_worker
 from convmatrix.runners.run.threads import ThreadSetting
 from convmatrix.runners.run.workload import Workload
@@ -238,6 +239,8 @@ def pytest_collection_modifyitems(
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if prepared.largest_first:
+        items[:] = largest_first(items, lambda item: getattr(item, "case", None))
 
 
 # -- running ------------------------------------------------------------------------------------

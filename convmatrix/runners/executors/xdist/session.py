@@ -66,6 +66,8 @@ def start_controller(config: pytest.Config, setup: Setup | None, xdist: bool) ->
     if setup is None:
         store = config.hook.pytest_convmatrix_store(config=config) or MemoryStore()
         setup = Setup.of(_options(config, xdist), store)
+    # Under xdist's worksteal the workers (handed this) collect the cases largest first.
+    setup.prepared.largest_first = xdist and getattr(config.option, "dist", "") == "worksteal"
     policy = setup.prepared.threads
     if xdist or setup.prepared.device.type != "cpu":
         export(policy)  # the workers xdist starts next inherit the wait
